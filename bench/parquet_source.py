@@ -17,6 +17,12 @@ Prints each round and the medians; figures only, never pass or fail.
 `--ab` runs only the two builds' workers on the Parquet file, a pair a
 round, and prints their CPU and its ratio (a step's effect under the load
 of the moment, which moves the absolute figures more than the step).
+`--transforms` gives both jobs the criteo job's transforms (log1p of every
+dense feature, sigrid_hash of every sparse one, examples/jobs/criteo.json):
+the workers' figures then include them, pyarrow's read does not (its
+comparison is like for like only without it). `--baseline-flags` adds
+worker flags to the baseline's rounds (`--no-decode-maps` with the same
+build as --sluice: transforms at decode against on the batches).
 
 Run in the venv of ops/parquet-venv, from the source tree:
 
@@ -39,13 +45,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from parquet_read import make_file  # noqa: E402  the same seeded file
 
 
-def worker_round(sluice, spec, tmp):
+def worker_round(sluice, spec, tmp, flags=()):
     """samples/s of one worker (1 transform thread) serving one reader, and
     the worker process's CPU seconds."""
     log = os.path.join(tmp, "w.log")
     with open(log, "w") as lf:
         w = subprocess.Popen([sluice, "worker", "--job", spec, "--listen", "127.0.0.1:0",
-                              "--exit-when-done", "--threads", "1"], stdout=lf,
+                              "--exit-when-done", "--threads", "1", *flags], stdout=lf,
                              stderr=subprocess.STDOUT)
     try:
         addr = None
@@ -100,7 +106,13 @@ def main():
                     help="only the two builds' workers on the Parquet file, a pair a round "
                          "(--baseline-sluice first, then --sluice): each one's CPU ms and their "
                          "ratio, and the median ratio (small steps, measured under the same load)")
+    ap.add_argument("--transforms", action="store_true",
+                    help="the criteo job's transforms in both jobs (log1p of the dense "
+                         "features, sigrid_hash of the sparse ones); pyarrow reads columns only")
+    ap.add_argument("--baseline-flags", default="",
+                    help="worker flags of the baseline's rounds (e.g. --no-decode-maps)")
     args = ap.parse_args()
+    bflags = args.baseline_flags.split()
     if args.ab and not args.baseline_sluice:
         raise SystemExit("--ab needs --baseline-sluice")
     tmp = tempfile.mkdtemp(prefix="sluice-pqsource-")
@@ -122,15 +134,22 @@ def main():
         for name, source in (("parquet", {"parquet": path, "columns": mapping}),
                              ("table", {"table": table})):
             specs[name] = os.path.join(tmp, f"{name}.json")
-            json.dump({"id": name, "source": source, "batch": {"size": 4096}},
-                      open(specs[name], "w"))
+            spec = {"id": name, "source": source, "batch": {"size": 4096}}
+            if args.transforms:
+                spec["transforms"] = (
+                    [{"op": "log1p", "feature": f} for f in mapping["dense"]] +
+                    [{"op": "sigrid_hash", "feature": f, "table_size": 1000000}
+                     for f in mapping["sparse"]])
+            json.dump(spec, open(specs[name], "w"))
         nrows = pq.ParquetFile(path).metadata.num_rows
         print(f"rows {nrows}, file {os.path.getsize(path) / 1e6:.1f} MB (zstd), "
-              f"{pq.ParquetFile(path).num_row_groups} row groups; 1 thread each")
+              f"{pq.ParquetFile(path).num_row_groups} row groups; 1 thread each; workers "
+              f"{'with the criteo transforms' if args.transforms else 'without transforms'}"
+              f"{'; baseline flags ' + args.baseline_flags if bflags else ''}")
         if args.ab:
             ratios = []
             for r in range(args.rounds):
-                _, base_cpu = worker_round(args.baseline_sluice, specs["parquet"], tmp)
+                _, base_cpu = worker_round(args.baseline_sluice, specs["parquet"], tmp, bflags)
                 _, cpu = worker_round(args.sluice, specs["parquet"], tmp)
                 ratios.append(cpu / base_cpu)
                 print(f"round {r}: baseline {base_cpu * 1e3:.1f} ms CPU, this build "
@@ -148,7 +167,8 @@ def main():
         for r in range(args.rounds):
             line = []
             for name, sluice, spec in runs:
-                rate, cpu = worker_round(sluice, specs[spec], tmp)
+                rate, cpu = worker_round(sluice, specs[spec], tmp,
+                                         bflags if name == "baseline" else ())
                 got[name].append(rate)
                 core[name].append(nrows / cpu)
                 line.append(f"worker on {name} {rate:,.0f} samples/s ({nrows / cpu:,.0f}/core)")

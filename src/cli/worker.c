@@ -91,9 +91,10 @@ static const sl_cli_opt_t wopts[] = {
      "made straight from it into their frames, transforms on the way, on the reader thread; "
      "docs/WORKER.md \"The fused path\")"},
     {"no-decode-maps", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_decode_maps),
-     "run every transform on the batches: none inside the table reader (per-value transforms "
-     "of a feature nothing else reads, run on each stripe's dictionary of distinct values; "
-     "docs/WORKER.md \"Transforms at decode\")"},
+     "run every transform on the batches: none inside the table reader or the Parquet "
+     "source's column readers (per-value transforms of a feature nothing else reads, run on "
+     "each stripe's or column chunk's dictionary of distinct values; docs/WORKER.md "
+     "\"Transforms at decode\")"},
     {"shm-bytes", SL_CLI_SIZE, "BYTES", NULL, "half of `--memory-limit`, at most 1G", 1, 1ull << 40,
      0, W(shm_bytes),
      "size of the shared-memory frame heap: trainers on this host map it and get each batch "

@@ -42,6 +42,9 @@ struct sl_pq_reader {
     uint32_t dict_n;
     sl_pq_buf_t dict_vals; /* int64 / float / double per entry, or the bytes */
     sl_pq_buf_t dict_off;  /* BYTES: dict_n + 1 offsets */
+    /* sl_pq_reader_set_map: I64 values mapped before they reach a batch */
+    sl_pq_i64_map_fn map;
+    const void *map_ctx;
 
     /* the current data page */
     bool in_page;
@@ -88,5 +91,22 @@ sl_err_t sl_pq_dict_load(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32
                          sl_error_t *err);
 /* Room for n more bytes of output. */
 sl_err_t sl_pq_bytes_reserve(sl_pq_reader_t *r, size_t n, sl_error_t *err);
+
+/* The bits needed to hold v (0 for 0). */
+static inline unsigned sl_pq_bit_width(unsigned v)
+{
+    unsigned w = 0;
+    while (v >> w)
+        w++;
+    return w;
+}
+
+/* levels.c: decode the next SL_PQ_LEVEL_CHUNK levels of the page into
+ * r->lv_def and r->lv_rep (checked against the maxima). */
+sl_err_t sl_pq_levels_refill(sl_pq_reader_t *r, sl_error_t *err);
+/* levels.c: the list pass over 64 levels D, R at once (see there). */
+void sl_pq_list_block64(const uint8_t *D, const uint8_t *R, uint8_t ed, uint8_t md,
+                        uint32_t *rows_p, uint32_t *slots_p, uint32_t *nvals_p, uint32_t *loff,
+                        uint8_t *lvalid, uint8_t *valid);
 
 #endif

@@ -309,6 +309,16 @@ void sl_pq_scratch_destroy(sl_pq_scratch_t *s);
 /* r uses s (NULL: its own buffers) from its next page on; renew keeps
  * it. s must have r's allocator, and one thread uses r and s at a time. */
 void sl_pq_reader_set_scratch(sl_pq_reader_t *r, sl_pq_scratch_t *s);
+/* A map of the INT64 values of an I64-kind column, in place: it must map
+ * every value alone (the same value to the same bits however many values
+ * a call gets) and not fail. */
+typedef void (*sl_pq_i64_map_fn)(const void *ctx, int64_t *v, uint64_t n);
+/* r's values pass through fn (NULL: none) before they reach a batch: a
+ * dictionary's entries once, when its page is loaded (its indices then
+ * gather mapped values), the values of other pages as they are decoded
+ * (valid ones only). Only for an I64-kind column; cleared by renew. Set it
+ * before the chunk's first batch. */
+void sl_pq_reader_set_map(sl_pq_reader_t *r, sl_pq_i64_map_fn fn, const void *ctx);
 /* The next batch of at most max_rows rows (max_rows > 0); b->rows == 0 at
  * the end of the chunk. Errors name file, row group, column and page. */
 sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_batch_t **b,

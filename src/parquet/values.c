@@ -163,6 +163,9 @@ sl_err_t sl_pq_dict_load(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32
                 ((int64_t *)r->dict_vals.p)[i] = int_of(c, p);
         }
     }
+    /* mapped once here instead of at every index that gathers an entry */
+    if (r->map != NULL && c->kind == SL_PQ_KIND_I64 && n > 0)
+        r->map(r->map_ctx, (int64_t *)r->dict_vals.p, n);
     r->dict_n = n;
     r->has_dict = true;
     return SL_OK;
@@ -388,7 +391,7 @@ static sl_err_t get_delta_bytes(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_e
     return SL_OK;
 }
 
-sl_err_t sl_pq_values_get(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t *err)
+static sl_err_t values_decode(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t *err)
 {
     const sl_pq_column_t *c = r->c;
     if (n == 0) return SL_OK;
@@ -445,4 +448,14 @@ sl_err_t sl_pq_values_get(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t
         return sl_error_set(err, SL_ERR_UNSUPPORTED, "encoding %s is not supported",
                             sl_pq_encoding_name(r->encoding));
     }
+}
+
+sl_err_t sl_pq_values_get(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t *err)
+{
+    TRY(values_decode(r, at, n, err));
+    /* a dictionary's values were mapped when it was loaded */
+    bool dict =
+        r->encoding == SL_PQ_ENC_PLAIN_DICTIONARY || r->encoding == SL_PQ_ENC_RLE_DICTIONARY;
+    if (r->map != NULL && !dict && n > 0) r->map(r->map_ctx, r->b.i64 + at, n);
+    return SL_OK;
 }

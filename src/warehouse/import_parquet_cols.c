@@ -16,47 +16,8 @@
 
 #include "common/err.h"
 #include "common/mem.h"
-#include "pq_internal.h"
+#include "pq_cols_internal.h"
 #include "pq_store.h"
-
-typedef struct key {
-    int32_t *len; /* [len_cap], a length per row */
-    int64_t *ids; /* [ids_cap] */
-    float *w;     /* [w_cap] weighted keys only */
-    uint64_t nids, len_cap, ids_cap, w_cap;
-    uint64_t pending; /* ids of the run being converted */
-    bool weighted;
-} outkey_t;
-
-struct imp_pqc {
-    const sl_allocator_t *a;
-    const imp_pq_t *p;
-    const sl_wh_schema_t *schema;
-    uint32_t num_slots;
-    uint8_t *slot_read; /* [num_slots] */
-    int32_t *slot_out;  /* [num_slots]: output label, dense column or key; -1: none */
-    uint32_t T, D, S;
-    const char **label_names, **dense_names, **key_names;
-    bool any_weighted;
-    bool covered;            /* every label, dense column and key has a slot: nothing to preset */
-    uint32_t n, cap;         /* rows built; rows every array below has room for */
-    int64_t *sid, *ses, *ts; /* [*_cap] */
-    float *labels;           /* [labels_cap * T] row-major */
-    float *dense;            /* [dense_cap * D] row-major */
-    uint64_t sid_cap, ses_cap, ts_cap, labels_cap, dense_cap;
-    outkey_t *keys;    /* [S] */
-    uint8_t *has_slot; /* [T + D + S] */
-    /* the taken stripe */
-    sl_arena_t *out;
-    size_t out_chunk, out_want;
-    uint32_t *order; /* [2 * order_cap] */
-    uint32_t order_cap;
-    /* the column readers, kept from row group to row group and from read
-     * to read (their page and batch buffers reused, never touched fresh) */
-    sl_pq_reader_t **pool; /* [pool_cap] */
-    uint32_t pool_cap;
-    sl_pq_scratch_t *scratch; /* the pool's readers' shared page and ZSTD context */
-};
 
 /* ---- the builder ---- */
 
@@ -84,13 +45,20 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
     c->dense_names = sl_calloc(a, SD + 1, sizeof *c->dense_names);
     c->key_names = sl_calloc(a, SS + 1, sizeof *c->key_names);
     c->keys = sl_calloc(a, SS + 1, sizeof *c->keys);
+    c->dmap = sl_calloc(a, SD + 1, sizeof *c->dmap);
+    c->kmap = sl_calloc(a, SS + 1, sizeof *c->kmap);
+    c->dfeat = sl_calloc(a, SD + 1, sizeof *c->dfeat);
+    c->kfeat = sl_calloc(a, SS + 1, sizeof *c->kfeat);
+    c->kmap_rd = sl_calloc(a, SS + 1, 1);
     int32_t *dense_at = sl_calloc(a, SD + 1, sizeof *dense_at);
     int32_t *sparse_at = sl_calloc(a, SS + 1, sizeof *sparse_at);
     c->has_slot = sl_calloc(a, (size_t)c->T + SD + SS + 1, 1);
     sl_err_t rc = SL_OK;
     if (c->out == NULL || c->scratch == NULL || c->slot_read == NULL || c->slot_out == NULL ||
         c->label_names == NULL || c->dense_names == NULL || c->key_names == NULL ||
-        c->keys == NULL || dense_at == NULL || sparse_at == NULL || c->has_slot == NULL) {
+        c->keys == NULL || dense_at == NULL || sparse_at == NULL || c->has_slot == NULL ||
+        c->dmap == NULL || c->kmap == NULL || c->dfeat == NULL || c->kfeat == NULL ||
+        c->kmap_rd == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for a Parquet reader");
         goto done;
     }
@@ -118,11 +86,13 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
         }
         if (f->kind == SL_WH_DENSE) {
             *at = (int32_t)c->D;
+            c->dfeat[c->D] = i;
             c->dense_names[c->D++] = f->name;
         } else {
             *at = (int32_t)c->S;
             c->keys[c->S].weighted = f->kind == SL_WH_WEIGHTED;
             c->any_weighted |= f->kind == SL_WH_WEIGHTED;
+            c->kfeat[c->S] = i;
             c->key_names[c->S++] = f->name;
         }
     }
@@ -184,12 +154,68 @@ void imp_pqc_destroy(imp_pqc_t *c)
     sl_free(a, c->dense_names, (SD + 1) * sizeof *c->dense_names);
     sl_free(a, c->key_names, (SS + 1) * sizeof *c->key_names);
     sl_free(a, c->keys, (SS + 1) * sizeof *c->keys);
+    sl_free(a, c->dmap, (SD + 1) * sizeof *c->dmap);
+    sl_free(a, c->kmap, (SS + 1) * sizeof *c->kmap);
+    sl_free(a, c->dfeat, (SD + 1) * sizeof *c->dfeat);
+    sl_free(a, c->kfeat, (SS + 1) * sizeof *c->kfeat);
+    sl_free(a, c->kmap_rd, SS + 1);
     sl_free(a, c->has_slot, (size_t)c->T + SD + SS + 1);
     sl_arena_destroy(c->out);
     imp_pq_free_readers(c->pool, c->pool_cap);
     sl_free(a, c->pool, (size_t)c->pool_cap * sizeof *c->pool);
     sl_pq_scratch_destroy(c->scratch); /* after the readers that used it */
     sl_free(a, c, sizeof *c);
+}
+
+void imp_pqc_set_maps(imp_pqc_t *c, const sl_wh_value_map_t *maps)
+{
+    for (uint32_t d = 0; d < c->D; d++)
+        c->dmap[d] = maps != NULL && maps[c->dfeat[d]].dense != NULL ? &maps[c->dfeat[d]] : NULL;
+    for (uint32_t k = 0; k < c->S; k++)
+        c->kmap[k] = maps != NULL && maps[c->kfeat[k]].ids != NULL ? &maps[c->kfeat[k]] : NULL;
+}
+
+/* A key's map as the column reader's (sl_pq_i64_map_fn): the raw ids are
+ * checked here, once per dictionary entry: a negative one is left as it
+ * is, so that conv_ids refuses its rows naming the id as it would without
+ * the map (sl_wh_value_map_t.ids_nonneg: a mapped id is never refused). */
+static void map_ids_checked(const void *ctx, int64_t *v, uint64_t n)
+{
+    const sl_wh_value_map_t *m = ctx;
+    uint64_t i = 0;
+    while (i < n) {
+        while (i < n && v[i] < 0)
+            i++;
+        uint64_t j = i;
+        while (j < n && v[j] >= 0)
+            j++;
+        if (j > i) m->ids(m->ctx, v + i, j - i);
+        i = j;
+    }
+}
+
+/* Hand each mapped key whose ids come straight from an INT64 column that
+ * no other slot reads to its column reader (renewed for the row group, so
+ * with no map yet); the others are mapped by conv_ids. */
+static void set_reader_maps(imp_pqc_t *c, const group_read_t *g)
+{
+    const imp_pq_t *p = c->p;
+    const sl_wh_colmap_resolved_t *m = p->map;
+    memset(c->kmap_rd, 0, c->S);
+    for (uint32_t s = 0; s < m->num_slots; s++) {
+        const sl_wh_colmap_slot_t *sl = &m->slots[s];
+        if (!c->slot_read[s] ||
+            (sl->target != SL_WH_MAP_SPARSE && sl->target != SL_WH_MAP_WEIGHTED))
+            continue;
+        int32_t o = c->slot_out[s];
+        if (o < 0 || c->kmap[o] == NULL || !c->kmap[o]->ids_nonneg || sl->hash ||
+            m->column_uses[sl->column] != 1)
+            continue;
+        int32_t li = g->leaf_of[sl->column * 2];
+        if (li < 0 || g->col[li]->kind != SL_PQ_KIND_I64) continue;
+        sl_pq_reader_set_map(g->rd[li], map_ids_checked, c->kmap[o]);
+        c->kmap_rd[o] = 1;
+    }
 }
 
 uint32_t imp_pqc_count(const imp_pqc_t *c)
@@ -369,7 +395,7 @@ static void lengths(int32_t *len, const uint32_t *off, uint32_t n)
 /* A sparse or weighted slot: per row its length and its ids (a null
  * element adds none), weights from the struct's or the parallel list. */
 static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap_slot_t *sl,
-                         outkey_t *k, run_t *u, sl_error_t *err)
+                         outkey_t *k, const sl_wh_value_map_t *map, run_t *u, sl_error_t *err)
 {
     const imp_pq_t *p = c->p;
     const pq_col_t *pc = &p->cols[sl->column];
@@ -412,6 +438,7 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
         if (!copy_ids(ids, v->i64 + lo_s, hi_s - lo_s)) {
             lengths(len, v->list_off + u->r0, u->r1 - u->r0);
             k->pending = hi_s - lo_s;
+            if (map != NULL) map->ids(map->ctx, ids, hi_s - lo_s);
             return SL_OK;
         }
         /* a negative id: the row by row loop below finds and names it */
@@ -487,7 +514,8 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
         }
         len[r - u->r0] = (int32_t)(n - start);
     }
-    k->pending = n; /* counted in when the run is kept (commit) */
+    k->pending = n;                              /* counted in when the run is kept (commit) */
+    if (map != NULL) map->ids(map->ctx, ids, n); /* checked ids: none negative */
     return SL_OK;
 }
 
@@ -532,10 +560,16 @@ static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_
             break;
         case SL_WH_MAP_DENSE:
             conv_num(c->dense + (size_t)u->n0 * c->D + (uint32_t)o, c->D, v, u, NAN);
+            /* value by value, NaN (missing) included, as the batch transform */
+            if (c->dmap[o] != NULL)
+                c->dmap[o]->dense(c->dmap[o]->ctx, c->dense + (size_t)u->n0 * c->D, rows, c->D,
+                                  (uint32_t)o);
             break;
         case SL_WH_MAP_SPARSE:
         case SL_WH_MAP_WEIGHTED: {
-            SL_FORWARD_IF_ERROR(conv_ids(c, g, sl, &c->keys[o], u, err));
+            /* a map the column reader did not apply: value by value here */
+            const sl_wh_value_map_t *km = c->kmap_rd[o] ? NULL : c->kmap[o];
+            SL_FORWARD_IF_ERROR(conv_ids(c, g, sl, &c->keys[o], km, u, err));
             break;
         }
         }
@@ -622,6 +656,7 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
         rc = imp_pq_open_group(p, c->slot_read, f, gi, &g, err);
         for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) /* a new reader, or a renewed one */
             sl_pq_reader_set_scratch(g.rd[i], c->scratch);
+        if (rc == SL_OK) set_reader_maps(c, &g);
         if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
         while (rc == SL_OK && !past) {
             uint32_t rows = 0;
@@ -650,154 +685,4 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     sl_pq_file_destroy(f); /* the pool's readers keep no use of it */
     wh_pq_source_close(&src);
     return rc;
-}
-
-/* ---- taking a stripe ---- */
-
-sl_arena_t *imp_pqc_arena(const imp_pqc_t *c)
-{
-    return c->out;
-}
-
-void imp_pqc_disown(imp_pqc_t *c)
-{
-    c->out = NULL;
-}
-
-/* Rows by session, stably: a bottom-up merge sort of the row numbers o[n]
- * by ses[] with the scratch tmp[n]. @return where the order is, o or tmp. */
-static uint32_t *sort_by_session(const int64_t *ses, uint32_t *o, uint32_t *tmp, uint32_t n)
-{
-    for (uint32_t w = 1; w < n; w *= 2) {
-        for (uint32_t lo = 0; lo < n; lo += 2 * w) {
-            uint32_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
-            uint32_t i = lo, j = mid, k = lo;
-            if (mid == hi || ses[o[mid - 1]] <= ses[o[mid]]) {
-                memcpy(tmp + lo, o + lo, (size_t)(hi - lo) * sizeof *o);
-                continue;
-            }
-            while (i < mid && j < hi)
-                tmp[k++] = ses[o[j]] < ses[o[i]] ? o[j++] : o[i++]; /* ties: left first */
-            while (i < mid)
-                tmp[k++] = o[i++];
-            while (j < hi)
-                tmp[k++] = o[j++];
-        }
-        uint32_t *t = o;
-        o = tmp;
-        tmp = t;
-    }
-    return o;
-}
-
-sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error_t *err)
-{
-    memset(out, 0, sizeof *out);
-    uint32_t n = c->n;
-    if (c->out == NULL || c->out_want > c->out_chunk) {
-        /* a chunk that holds a whole stripe, kept by reset (a fresh large
-         * chunk each stripe costs a page fault every 4 KiB); after a
-         * disown, a new arena of that size */
-        size_t want = c->out_want > c->out_chunk ? c->out_want : c->out_chunk;
-        sl_arena_t *bigger = sl_arena_new(c->a, want);
-        if (bigger == NULL) goto nomem;
-        sl_arena_destroy(c->out);
-        c->out = bigger;
-        c->out_chunk = want;
-    }
-    sl_arena_reset(c->out);
-    /* the order: file order unless sessions are out of order */
-    const uint32_t *order = NULL;
-    if (by_session)
-        for (uint32_t i = 1; i < n && order == NULL; i++)
-            if (c->ses[i] < c->ses[i - 1]) {
-                if (n > c->order_cap) {
-                    sl_free(c->a, c->order, 2 * (size_t)c->order_cap * sizeof *c->order);
-                    c->order_cap = 0;
-                    if ((c->order = sl_alloc(c->a, 2 * (size_t)n * sizeof *c->order)) == NULL)
-                        goto nomem;
-                    c->order_cap = n;
-                }
-                for (uint32_t j = 0; j < n; j++)
-                    c->order[j] = j;
-                order = sort_by_session(c->ses, c->order, c->order + n, n);
-            }
-    sl_arena_t *ar = c->out;
-    sl_batch_t *b = &out->batch;
-    b->batch_size = n;
-    int64_t *sid = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *ses = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8);
-    if (sid == NULL || ses == NULL || ts == NULL) goto nomem;
-    if (sl_dense_init(&b->dense, ar, n, c->D, c->dense_names) != SL_OK ||
-        sl_dense_init(&b->labels, ar, n, c->T, c->label_names) != SL_OK)
-        goto nomem;
-    uint64_t total = 0;
-    for (uint32_t k = 0; k < c->S; k++)
-        total += c->keys[k].nids;
-    if (c->S && sl_kjt_init(&b->sparse, ar, c->S, c->key_names, n, total, c->any_weighted) != SL_OK)
-        goto nomem;
-    if (order == NULL) { /* runs */
-        memcpy(sid, c->sid, (size_t)n * 8);
-        memcpy(ses, c->ses, (size_t)n * 8);
-        memcpy(ts, c->ts, (size_t)n * 8);
-        if (c->D) memcpy(b->dense.data, c->dense, (size_t)n * c->D * 4);
-        if (c->T) memcpy(b->labels.data, c->labels, (size_t)n * c->T * 4);
-        uint64_t v = 0;
-        for (uint32_t k = 0; k < c->S; k++) {
-            const outkey_t *kk = &c->keys[k];
-            memcpy(b->sparse.lengths + (size_t)k * n, kk->len, (size_t)n * 4);
-            if (kk->nids) memcpy(b->sparse.values + v, kk->ids, (size_t)kk->nids * 8);
-            if (c->any_weighted)
-                for (uint64_t i = 0; i < kk->nids; i++)
-                    b->sparse.weights[v + i] = kk->weighted ? kk->w[i] : 1.0f;
-            v += kk->nids;
-        }
-    } else { /* gathered by the order */
-        for (uint32_t j = 0; j < n; j++) {
-            uint32_t i = order[j];
-            sid[j] = c->sid[i];
-            ses[j] = c->ses[i];
-            ts[j] = c->ts[i];
-            if (c->D)
-                memcpy(b->dense.data + (size_t)j * c->D, c->dense + (size_t)i * c->D, c->D * 4);
-            if (c->T)
-                memcpy(b->labels.data + (size_t)j * c->T, c->labels + (size_t)i * c->T, c->T * 4);
-        }
-        uint64_t *start = sl_arena_alloc(ar, (size_t)n * 8 + 8);
-        if (start == NULL) goto nomem;
-        uint64_t v = 0;
-        for (uint32_t k = 0; k < c->S; k++) {
-            const outkey_t *kk = &c->keys[k];
-            uint64_t at = 0;
-            for (uint32_t i = 0; i < n; i++) { /* where row i's ids start */
-                start[i] = at;
-                at += (uint64_t)kk->len[i];
-            }
-            for (uint32_t j = 0; j < n; j++) {
-                uint32_t i = order[j];
-                int32_t len = kk->len[i];
-                b->sparse.lengths[(size_t)k * n + j] = len;
-                if (len) memcpy(b->sparse.values + v, kk->ids + start[i], (size_t)len * 8);
-                for (int32_t e = 0; c->any_weighted && e < len; e++)
-                    b->sparse.weights[v + (uint64_t)e] =
-                        kk->weighted ? kk->w[start[i] + (uint64_t)e] : 1.0f;
-                v += (uint64_t)len;
-            }
-        }
-    }
-    b->sample_ids = sid;
-    b->record_ms = NULL; /* a file's rows have no record time: batched as a table's */
-    out->schema = c->schema;
-    out->session_ids = ses;
-    out->timestamps = ts;
-    c->n = 0;
-    for (uint32_t k = 0; k < c->S; k++)
-        c->keys[k].nids = 0;
-    size_t fp = sl_arena_footprint(ar);
-    if (fp > c->out_chunk + 4096) c->out_want = fp + fp / 4; /* chunk headers, a larger stripe */
-    return SL_OK;
-nomem:
-    memset(out, 0, sizeof *out);
-    return sl_error_set(err, SL_ERR_NOMEM, "Parquet rows: out of memory taking %u rows", n);
 }

@@ -588,6 +588,11 @@ sl_err_t sl_wh_pqds_reader_new(const sl_wh_pqds_t *ds, const char *const *featur
     return SL_OK;
 }
 
+void sl_wh_pqds_reader_set_maps(sl_wh_pqds_reader_t *r, const sl_wh_value_map_t *maps)
+{
+    imp_pqc_set_maps(r->cols, maps);
+}
+
 void sl_wh_pqds_reader_destroy(sl_wh_pqds_reader_t *r)
 {
     if (r == NULL) return;

@@ -103,6 +103,14 @@ typedef struct sl_wh_pqds_reader sl_wh_pqds_reader_t;
 sl_err_t sl_wh_pqds_reader_new(const sl_wh_pqds_t *ds, const char *const *features, uint32_t nf,
                                sl_wh_pqds_reader_t **out, sl_error_t *err);
 void sl_wh_pqds_reader_destroy(sl_wh_pqds_reader_t *r);
+/* Transforms at decode (docs/WORKER.md): maps[i] maps the values of
+ * feature i of the reader's projection (features[nf] of
+ * sl_wh_pqds_reader_new; every feature in schema order when NULL), as
+ * sl_wh_read_opts_t.maps does for a table: ids coming straight from an
+ * INT64 column through the column's dictionary, once per column chunk
+ * (raw ids still checked), other values one by one after their
+ * conversion. Borrowed, must outlive r; NULL: none. */
+void sl_wh_pqds_reader_set_maps(sl_wh_pqds_reader_t *r, const sl_wh_value_map_t *maps);
 
 /* Hand rows [from, to) of split sp (one of ds's plan) to fn, in order.
  * Errors name the file, row group, column and page. */

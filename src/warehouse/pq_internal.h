@@ -106,6 +106,12 @@ typedef struct imp_pqc imp_pqc_t;
 sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *const *features,
                      uint32_t nf, imp_pqc_t **out, sl_error_t *err);
 void imp_pqc_destroy(imp_pqc_t *c);
+/* Transforms at decode (docs/WORKER.md): maps[i] (borrowed, must outlive
+ * c; NULL: none) maps the values of the projection's feature i: ids as
+ * their column's reader decodes them (a dictionary once per column chunk)
+ * when they come straight from an INT64 column, else after the
+ * conversion; dense values after the conversion (a missing one as NaN). */
+void imp_pqc_set_maps(imp_pqc_t *c, const sl_wh_value_map_t *maps);
 /* Rows built since the last take. */
 uint32_t imp_pqc_count(const imp_pqc_t *c);
 /* The rows built so far as a stripe: by_session sorts them stably by

@@ -508,6 +508,10 @@ typedef struct sl_wh_value_map {
      * dictionary-encoded column gets the map of NaN) */
     void (*dense)(const void *ctx, float *data, uint32_t rows, uint32_t cols, uint32_t col);
     const void *ctx;
+    /* ids maps every id in [0, 2^63) into [0, 2^63): a reader that refuses
+     * negative ids (the Parquet source's) may then map before it checks,
+     * leaving the negative ones as they are */
+    bool ids_nonneg;
 } sl_wh_value_map_t;
 
 typedef struct sl_wh_read_opts {

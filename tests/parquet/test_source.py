@@ -21,7 +21,7 @@ SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1"))
 
 
 def run_job(tmp_path, name, source, batch=None, filters=None, expect_fail=False,
-            expect_empty=False, threads=1):
+            expect_empty=False, threads=1, extra_spec=None, worker_args=()):
     """Run `sluice worker --job` with spec source/batch/filters and read
     every batch with `sluice read --json`. @return (batches without their
     origin, the worker's log). expect_empty: a job of no rows, whose worker
@@ -29,12 +29,14 @@ def run_job(tmp_path, name, source, batch=None, filters=None, expect_fail=False,
     spec = {"id": name, "source": source, "batch": batch or {"size": 100}}
     if filters:
         spec["filters"] = filters
+    spec.update(extra_spec or {})
     job = tmp_path / f"{name}.json"
     job.write_text(json.dumps(spec))
     log = tmp_path / f"{name}.log"
     with open(log, "w") as lf:
         w = subprocess.Popen([SLUICE, "worker", "--job", str(job), "--listen", "127.0.0.1:0",
-                              "--exit-when-done", "--threads", str(threads)], stdout=lf,
+                              "--exit-when-done", "--threads", str(threads), *worker_args],
+                             stdout=lf,
                              stderr=subprocess.STDOUT)
     try:
         addr = None

@@ -357,6 +357,111 @@ Test(pq_columns, worker_stripes_equal_row_path)
     sl_wh_colmap_destroy(m);
 }
 
+/* ---- transforms at decode (sl_wh_pqds_reader_set_maps) ---- */
+
+typedef struct map_count {
+    uint64_t calls, values;
+} map_count_t;
+
+/* never negative for an id >= 0 (ids_nonneg) */
+static int64_t id_f(int64_t x)
+{
+    return (int64_t)(((uint64_t)x * 0x9E3779B97F4A7C15ull + 7) >> 1);
+}
+
+static float dense_f(float x)
+{
+    return isnan(x) ? -5.0f : x * 2.0f + 1.0f;
+}
+
+static void map_ids(const void *ctx, int64_t *v, uint64_t n)
+{
+    map_count_t *c = (map_count_t *)(uintptr_t)ctx;
+    c->calls++;
+    c->values += n;
+    for (uint64_t i = 0; i < n; i++)
+        v[i] = id_f(v[i]);
+}
+
+static void map_dense(const void *ctx, float *data, uint32_t rows, uint32_t cols, uint32_t col)
+{
+    (void)ctx;
+    for (uint32_t r = 0; r < rows; r++)
+        data[(size_t)r * cols + col] = dense_f(data[(size_t)r * cols + col]);
+}
+
+/* Stripes of [from, to) by batch rows with every feature mapped (one map
+ * for all ids, one for all dense values) equal the unmapped stripes with
+ * the maps applied to their ids and dense values; or the same error. */
+static void mapped_equals_unmapped(sl_wh_pqds_t *ds, const sl_wh_split_t *sp, uint64_t from,
+                                   uint64_t to, uint32_t batch, map_count_t *cnt)
+{
+    const sl_wh_schema_t *sch = sl_wh_pqds_mapping(ds)->schema;
+    uint32_t nf = sl_wh_schema_num_features(sch);
+    sl_wh_value_map_t maps[16];
+    cr_assert_leq(nf, 16);
+    for (uint32_t i = 0; i < nf; i++) {
+        bool dense = sl_wh_schema_feature(sch, i)->kind == SL_WH_DENSE;
+        maps[i] = (sl_wh_value_map_t){.ids = dense ? NULL : map_ids,
+                                      .dense = dense ? map_dense : NULL,
+                                      .ctx = cnt,
+                                      .ids_nonneg = true};
+    }
+    static stripes_t want, got;
+    sl_error_t err = {0}, err2 = {0};
+    sl_wh_pqds_reader_t *r = NULL, *rm = NULL;
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, NULL, 0, &r, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, NULL, 0, &rm, &err), SL_OK, "%s", err.msg);
+    sl_wh_pqds_reader_set_maps(rm, maps);
+    sl_err_t rc1 = sl_wh_pqds_read_stripes(r, sp, from, to, batch, new_stripe, &want, &err);
+    sl_err_t rc2 = sl_wh_pqds_read_stripes(rm, sp, from, to, batch, new_stripe, &got, &err2);
+    check_taken(&want);
+    check_taken(&got);
+    cr_assert_eq(rc2, rc1, "[%llu, %llu) by %u: %s / %s", (unsigned long long)from,
+                 (unsigned long long)to, batch, err.msg, err2.msg);
+    if (rc1 != SL_OK) {
+        cr_assert_str_eq(err2.msg, err.msg);
+    } else {
+        cr_assert_eq(got.n, want.n);
+        for (uint32_t i = 0; i < want.n; i++) {
+            stripe_t *w = &want.s[i];
+            for (uint64_t v = 0; v < w->nv; v++)
+                w->values[v] = id_f(w->values[v]);
+            for (uint64_t d = 0; d < (uint64_t)w->n * w->D; d++)
+                w->dense[d] = dense_f(w->dense[d]);
+            compare(w, &got.s[i], i);
+        }
+    }
+    free_stripes(&want);
+    free_stripes(&got);
+    sl_wh_pqds_reader_destroy(r);
+    sl_wh_pqds_reader_destroy(rm);
+}
+
+Test(pq_columns, maps_at_decode_same_stripes_as_mapping_after)
+{
+    sl_wh_splits_t *sp = NULL;
+    sl_wh_colmap_t *m = NULL;
+    /* every conversion of the mapping: INT64 ids (mapped by the column
+     * readers: item_ids, one_id, tags' and cats' ids) and hashed strings
+     * (mapped after the conversion), dense values of each type with nulls */
+    sl_wh_pqds_t *ds = open_mapped(FULL, &m, &sp);
+    map_count_t cnt = {0};
+    mapped_equals_unmapped(ds, &sp->items[0], 78, 300, 64, &cnt);
+    mapped_equals_unmapped(ds, &sp->items[0], 0, 300, 4096, &cnt); /* row 78 refused */
+    cr_assert_gt(cnt.values, 0);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
+    /* a negative raw id: refused with the same message, mapped or not */
+    ds = open_mapped(NEG, &m, &sp);
+    mapped_equals_unmapped(ds, &sp->items[0], 0, 300, 33, &cnt);
+    mapped_equals_unmapped(ds, &sp->items[0], 131, 300, 4096, &cnt);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
+}
+
 /* ---- the import ---- */
 
 /* One row of the row path, copied (schema order). */

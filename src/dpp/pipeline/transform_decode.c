@@ -116,7 +116,7 @@ sl_err_t sl_pipeline_plan_map_at_decode(sl_pipeline_plan_t *plan, const sl_wh_va
         if (!mappable(plan, f)) continue;
         dpp_decode_chain_t *c = &plan->chains[r];
         c->ops = plan->chain_ops + used;
-        bool dense = false;
+        bool dense = false, nonneg = true;
         for (uint32_t i = 0; i < plan->num_transforms; i++) {
             dpp_transform_t *t = &plan->transforms[i];
             /* first_x cuts lists: not a map of values (the fused path cuts
@@ -125,12 +125,17 @@ sl_err_t sl_pipeline_plan_map_at_decode(sl_pipeline_plan_t *plan, const sl_wh_va
             c->ops[c->num_ops++] = t;
             t->at_decode = true;
             dense = dense_op(t->op);
+            /* sigrid_hash lands in [0, table_size), table_size < 2^63;
+             * modulo in [0, divisor); map_vocab in [0, 2^26) or its default */
+            if (t->op == OP_MAP_VOCAB && t->vocab_default < 0) nonneg = false;
         }
         if (c->num_ops == 0) continue;
         used += c->num_ops;
         mapped++;
-        plan->maps[r] = (sl_wh_value_map_t){
-            .ids = dense ? NULL : map_ids, .dense = dense ? map_dense : NULL, .ctx = c};
+        plan->maps[r] = (sl_wh_value_map_t){.ids = dense ? NULL : map_ids,
+                                            .dense = dense ? map_dense : NULL,
+                                            .ctx = c,
+                                            .ids_nonneg = nonneg};
     }
     if (mapped == 0) {
         dpp_decode_maps_free(plan);

@@ -174,7 +174,7 @@ static void add_problem(void *ctx, const char *problem)
  * groups the job's range filters rule out by their statistics left out)
  * and the table source hands them out; under a master (w->source set) the
  * leases name the splits the master cut from the same footers. */
-static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job,
+static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job, bool decode_maps,
                              sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     const sl_allocator_t *a = w->a;
@@ -187,6 +187,11 @@ static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job,
         w->pq_store = sl_wh_pqds_store(ds);
         rc = sl_pipeline_plan_new(job, sl_wh_pqds_mapping(ds)->schema, &w->plan, problems, err);
     }
+    /* per-value transforms in the column readers, as the table reader
+     * does them (docs/WORKER.md, "Transforms at decode"); not under dedup
+     * groups: hashed ids may collide where the ids did not */
+    if (rc == SL_OK && decode_maps && !job->num_dedup_groups)
+        rc = sl_pipeline_plan_map_at_decode(w->plan, &w->decode_maps, err);
     if (rc == SL_OK && !w->source.next) {
         sl_pipeline_range_t jr[16];
         sl_wh_pqds_range_t ranges[16];
@@ -211,8 +216,8 @@ static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job,
     }
     uint32_t nf = 0;
     const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
-    rc =
-        sl_worker_source_parquet_new(ds, splits, job->batch_size, features, nf, a, &w->source, err);
+    rc = sl_worker_source_parquet_new(ds, splits, job->batch_size, features, nf, w->decode_maps, a,
+                                      &w->source, err);
     if (rc != SL_OK) w->pq_store = NULL; /* ds went with the source */
     return rc;
 }
@@ -321,7 +326,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
                                                    a, &w->source, err)))
             goto fail;
     } else if (job->parquet) {
-        if ((rc = open_parquet(w, job, problems, err))) goto fail;
+        if ((rc = open_parquet(w, job, !o.no_decode_maps, problems, err))) goto fail;
     } else if ((rc = open_table(w, job, problems, err))) {
         goto fail;
     }

@@ -140,8 +140,8 @@ static bool fw_other(void *ctx)
 
 sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, sl_wh_splits_t *splits, uint32_t batch_rows,
                                       const char *const *features, uint32_t nf,
-                                      const sl_allocator_t *a, sl_worker_source_t *src,
-                                      sl_error_t *err)
+                                      const sl_wh_value_map_t *maps, const sl_allocator_t *a,
+                                      sl_worker_source_t *src, sl_error_t *err)
 {
     pq_source_t *s = sl_calloc(a, 1, sizeof *s);
     sl_err_t rc = SL_OK;
@@ -155,6 +155,7 @@ sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, sl_wh_splits_t *splits, 
         s->batch_rows = batch_rows ? batch_rows : 1;
         atomic_init(&s->cancel, false);
         rc = sl_wh_pqds_reader_new(ds, features, nf, &s->rd, err);
+        if (rc == SL_OK) sl_wh_pqds_reader_set_maps(s->rd, maps);
     }
     if (rc != SL_OK) {
         if (s != NULL) {

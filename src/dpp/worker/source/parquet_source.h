@@ -13,11 +13,13 @@
  * only the features features[nf] (the plan's read features, borrowed;
  * NULL: every one) besides the labels and id columns, in stripes of at
  * most batch_rows rows, rows numbered in file order. *src becomes the
- * combined source; its lease hooks are the inner source's. @return
+ * combined source; its lease hooks are the inner source's. maps[nf]
+ * (NULL: none; borrowed, must outlive the source): the transforms at
+ * decode of each feature (sl_wh_pqds_reader_set_maps). @return
  * SL_ERR_NOMEM. */
 sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, sl_wh_splits_t *splits, uint32_t batch_rows,
                                       const char *const *features, uint32_t nf,
-                                      const sl_allocator_t *a, sl_worker_source_t *src,
-                                      sl_error_t *err);
+                                      const sl_wh_value_map_t *maps, const sl_allocator_t *a,
+                                      sl_worker_source_t *src, sl_error_t *err);
 
 #endif
