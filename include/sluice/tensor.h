@@ -86,6 +86,15 @@ typedef struct sl_batch {
      * carries it to the trainer client, which sets it on the batches it
      * hands out (docs/PROTOCOL.md). */
     int64_t *record_ms;
+    /* A batch of a job in the deterministic order: 1 + its index g in the
+     * epoch's global sequence (rank r of R gets g = r, r + R, ...), or 0
+     * (the dynamic order, or a batch not received from a worker). After a
+     * resume g counts the resumed job's sequence, the original one less the
+     * batches handed out before the checkpoint (docs/DESIGN.md, "A
+     * deterministic order", *Resume*). Not in the wire encoding:
+     * BatchInfo.order_g_plus_one carries it to the trainer client, which
+     * sets it on the batches it hands out (docs/PROTOCOL.md). */
+    uint64_t order_g_plus_one;
 } sl_batch_t;
 
 /* ---- JaggedTensor / KJT ---- */

@@ -105,6 +105,7 @@ class sl_batch_t(ctypes.Structure):
         ("release", ctypes.CFUNCTYPE(None, ctypes.c_void_p)),
         ("release_ctx", ctypes.c_void_p),
         ("record_ms", ctypes.POINTER(ctypes.c_int64)),
+        ("order_g_plus_one", ctypes.c_uint64),
     ]
 
 

@@ -255,8 +255,12 @@ class Batch:
     sample_ids (int64 [B] or None), record_ms (int64 [B]: Kafka batches,
     each sample's record CreateTime in ms since the epoch; None for table
     batches); plain data: batch_size, dense_names,
-    label_names, origin (dict). sluice.torch.batch_to_torch gives the same as torch
-    tensors.
+    label_names, origin (dict), order_g (int or None: under a job in the
+    deterministic order, the batch's index g in its epoch's global sequence,
+    this rank r of R getting g = r, r + R, ...; after a resume, g in the
+    resumed job's sequence, the original one less what was handed out before
+    the checkpoint; None in the dynamic order). sluice.torch.batch_to_torch
+    gives the same as torch tensors.
 
     The Batch holds no array itself (each array holds the Batch), so there is
     no reference cycle: the C batch goes back as soon as the last reference
@@ -266,6 +270,7 @@ class Batch:
     dense_names: List[str]
     label_names: List[str]
     origin: Dict[str, int]
+    order_g: Optional[int]
 
     def __init__(self, handle: "_Handle", bptr: Any) -> None:
         self._handle = handle
@@ -293,6 +298,7 @@ class Batch:
             "first_row": int(o.first_row),
             "sequence": int(o.sequence),
         }
+        self.order_g = int(b.order_g_plus_one) - 1 if b.order_g_plus_one else None
 
     def _c(self) -> Any:
         if self._released or self._ptr is None:

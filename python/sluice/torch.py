@@ -203,8 +203,9 @@ def merged_kjt_kwargs(batch: Batch) -> Dict[str, Any]:
 def batch_to_torch(batch: Batch, expand: bool = False, as_kjt: bool = False) -> Dict[str, Any]:
     """A Batch as a dict of torch tensors sharing its buffers:
     batch_size, dense [B, D], labels [B, T], sample_ids [B] (or None),
-    dense_names, label_names, sparse (kjt_kwargs of the plain KJT) and
-    groups {name: kjt_kwargs of the IKJT}. expand=True folds the groups into
+    dense_names, label_names, order_g (Batch.order_g: the batch's index in
+    the deterministic order's global sequence, or None), sparse (kjt_kwargs
+    of the plain KJT) and groups {name: kjt_kwargs of the IKJT}. expand=True folds the groups into
     sparse (expanded, new buffers) and leaves groups empty; as_kjt=True
     makes torchrec KeyedJaggedTensors of the keyword arguments."""
     out: Dict[str, Any] = {
@@ -214,6 +215,7 @@ def batch_to_torch(batch: Batch, expand: bool = False, as_kjt: bool = False) -> 
         "sample_ids": _t(batch.sample_ids),
         "dense_names": list(batch.dense_names),
         "label_names": list(batch.label_names),
+        "order_g": getattr(batch, "order_g", None),
     }
     if expand:
         out["sparse"] = kjt_kwargs(expand_batch(batch))

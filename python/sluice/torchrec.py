@@ -63,7 +63,13 @@ class Batch(Pipelineable):
     TorchRec's train pipelines (TrainPipelineBase, TrainPipelineSparseDist)
     take it: dense_features float32 [B, D], sparse_features a
     KeyedJaggedTensor, labels float32 [B] (or [B, T] for T label columns),
-    plus sample_ids int64 [B] (or None).
+    plus sample_ids int64 [B] (or None), and order_g: under a job in the
+    deterministic order, the batch's index g in its epoch's global sequence
+    (sluice.Batch.order_g; rank r of R gets g = r, r + R, ...), else None.
+    After a resume, g counts the resumed job's sequence (the original one
+    less the batches handed out before the checkpoint), except for the
+    pending batches MasterDataset.load_state_dict hands out again first,
+    which keep the g they had when first handed out.
 
     With dedup groups, to_batch() gives one of two forms:
     - "variable_batch" (the default): sparse_features is ONE variable-batch
@@ -86,6 +92,7 @@ class Batch(Pipelineable):
     sample_ids: Optional[torch.Tensor] = None
     unique_features: Dict[str, KeyedJaggedTensor] = field(default_factory=_ByGroup)
     inverse_indices: Dict[str, torch.Tensor] = field(default_factory=_ByGroup)
+    order_g: Optional[int] = None
 
     def __post_init__(self) -> None:
         self.unique_features = _ByGroup(self.unique_features)
@@ -103,6 +110,7 @@ class Batch(Pipelineable):
             sample_ids=None if self.sample_ids is None else fn(self.sample_ids),
             unique_features={g: fn(k) for g, k in self.unique_features.items()},
             inverse_indices={g: fn(i) for g, i in self.inverse_indices.items()},
+            order_g=self.order_g,
         )
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
@@ -134,6 +142,7 @@ class Batch(Pipelineable):
         out.update(_kjt_state(self.sparse_features))
         out["unique_features"] = {g: _kjt_state(k) for g, k in self.unique_features.items()}
         out["unique_inverse_indices"] = {g: i.clone() for g, i in self.inverse_indices.items()}
+        out["order_g"] = self.order_g
         return out
 
     @staticmethod
@@ -148,6 +157,7 @@ class Batch(Pipelineable):
                 g: _kjt_from_state(s) for g, s in state.get("unique_features", {}).items()
             },
             inverse_indices=dict(state.get("unique_inverse_indices", {})),
+            order_g=state.get("order_g"),
         )
 
 
@@ -237,6 +247,7 @@ def to_batch(
         sample_ids=None if ids is None else torch.from_numpy(ids),
         unique_features=unique,
         inverse_indices=inverse,
+        order_g=getattr(batch, "order_g", None),
     )
 
 

@@ -129,3 +129,27 @@ def test_the_weight_label_column_is_named_before_the_first_batch(table, tmp_path
     finally:
         w.kill()
         w.wait()
+
+
+def test_deterministic_order_resumes_the_same_sequence_in_a_new_dataset(table):
+    """A job in the deterministic order: each batch's order_g is its place in
+    the epoch's global sequence (one rank: 0, 1, ...), and a new Dataset
+    resumed from a state taken after 3 batches reads the rest of the
+    reference run's sequence, batch by batch, renumbered from 0, then the
+    next epoch as the reference run did."""
+    det = dict(spec(), order="deterministic")
+    with sluice.Dataset(table, det) as ds:
+        reference = [[(b["order_g"], b["sample_ids"].tolist()) for b in ds] for _ in range(2)]
+    for epoch in reference:
+        assert [g for g, _ in epoch] == list(range(len(epoch)))
+        assert len(epoch) == ROWS // 500
+    with sluice.Dataset(table, det) as ds:
+        it = iter(ds)
+        before = [(b["order_g"], b["sample_ids"].tolist()) for b in (next(it) for _ in range(3))]
+        state = ds.state_dict()
+    assert before == reference[0][:3]
+    with sluice.Dataset(table, det) as ds2:
+        ds2.load_state_dict(state)
+        rest = [(b["order_g"], b["sample_ids"].tolist()) for b in ds2]
+        assert rest == [(g - 3, ids) for g, ids in reference[0][3:]]
+        assert [(b["order_g"], b["sample_ids"].tolist()) for b in ds2] == reference[1]

@@ -157,7 +157,8 @@ def test_batch_is_pipelineable_and_round_trips(workers):
 
 class TinyDLRM(torch.nn.Module):
     """EBC + a linear layer on the dense features; returns (loss, output) as
-    TorchRec's pipelines want, and records the sample ids it trained on."""
+    TorchRec's pipelines want, and records the sample ids it trained on
+    (seen) and each batch's order_g (seen_g)."""
 
     def __init__(self):
         super().__init__()
@@ -165,11 +166,13 @@ class TinyDLRM(torch.nn.Module):
         self.dense = torch.nn.Linear(len(DENSE), 4)
         self.top = torch.nn.Linear(4 * (len(SPARSE) + 1), 1)
         self.seen = []
+        self.seen_g = []
 
     def forward(self, batch):
         # TrainPipelineSparseDist traces the forward once with proxies.
         if not isinstance(batch.sample_ids, torch.fx.Proxy):
             self.seen.append(batch.sample_ids.clone())
+            self.seen_g.append(batch.order_g)
         pooled = self.ebc(batch.sparse_features).values()
         x = torch.cat([pooled, self.dense(torch.log1p(batch.dense_features))], dim=1)
         logits = self.top(x).squeeze(1)
@@ -543,6 +546,96 @@ def test_master_dataset_resume_with_another_world_size(tmp_path, table):
         ids = np.concatenate([np.concatenate(b) for b in before] + after)
         lo = ids.min()
         assert np.array_equal(np.sort(ids), np.arange(lo, lo + ROWS)), (
+            "%d ids, %d distinct, %d expected" % (ids.size, np.unique(ids).size, ROWS))
+    finally:
+        master.stop()
+
+
+def test_master_dataset_deterministic_order_resumes_the_same_sequence_with_three_ranks(
+        tmp_path, table):
+    """A job in the deterministic order (docs/DESIGN.md "A deterministic
+    order", *Resume*) read by MasterDataset on DDP ranks: an uninterrupted
+    reference run with 2 ranks gives the global sequence (each rank's
+    batches by their order_g: rank r gets g = r, r + 2, ..., every g once).
+    Then the same job again, 2 ranks checkpointed at step 10 (state_dict,
+    one batch pending) that run 3 steps more and stop; resumed from rank
+    0's state with 3 ranks: the pending batches are trained first (with
+    their first run's g), then new rank r gets g' = r, r + 3, ... of the
+    continued sequence. What was handed out before the checkpoint (trained
+    and pending), by g, followed by the continued sequence, by g', is the
+    reference, batch by batch, every sample once."""
+    master = Master(tmp_path)
+    try:
+        spec = {"id": "det", "source": {"table": table}, "transforms": TRANSFORMS,
+                "order": "deterministic",
+                "batch": {"size": 256, "dedup_groups": {"user": USER}}}
+
+        def read_all(job, phase, world, state=None):
+            for _ in range(2):
+                master.start_worker(job)
+            res = run_ranks(master.address, job, str(tmp_path), phase, state=state, world=world)
+            master.stop_workers()
+            master.delete(job)
+            return res
+
+        def by_g(ranks, world, replayed=()):
+            """{g: sample ids} of the ranks' trained batches past the first
+            replayed[r] of rank r, each rank's g's r, r + world, ... in order."""
+            seq = {}
+            for r, res in enumerate(ranks):
+                skip = replayed[r] if r < len(replayed) else 0
+                gs = res["trained_g"][skip:]
+                assert gs == list(range(r, r + world * len(gs), world)), (r, gs)
+                for g, ids in zip(gs, res["trained"][skip:]):
+                    seq[g] = ids.tolist()
+            return seq
+
+        job = master.submit(spec, ranks=2, sharding="dynamic")
+        ref = read_all(job, "ref", 2)
+        reference = by_g(ref, 2)
+        total = len(reference)
+        assert sorted(reference) == list(range(total))
+        # 5 splits of the table's stripes (4 of 4096 rows, 1 of 3616),
+        # each batched from its first row: 4 x 16 + 15 batches.
+        assert total == 79
+        ids = np.concatenate([reference[g] for g in range(total)])
+        assert np.array_equal(np.sort(ids), np.arange(ids.min(), ids.min() + ROWS))
+
+        job = master.submit(spec, ranks=2, sharding="dynamic")
+        for _ in range(2):
+            master.start_worker(job)
+        first = run_ranks(master.address, job, str(tmp_path), "first", steps=10, extra_steps=3)
+        master.stop_workers()
+        master.delete(job)
+        state = first[0]["state"]
+        handed = {}  # g: ids of every batch handed out before the checkpoint
+        for r, res in enumerate(first):
+            gs = res["trained_g_at_checkpoint"]
+            assert gs == list(range(r, r + 2 * 10, 2)), (r, gs)
+            for g, ids in zip(gs, res["trained_at_checkpoint"]):
+                handed[g] = ids.tolist()
+            pending = state["pending_by_rank"][r]
+            assert [p["order_g"] for p in pending] == [r + 2 * 10]
+            handed[pending[0]["order_g"]] = pending[0]["sample_ids"].tolist()
+        assert sorted(handed) == list(range(22))
+        for g, ids in handed.items():
+            assert ids == reference[g], "batch g=%d of the first run is not the reference's" % g
+
+        job = master.submit(spec, ranks=3, sharding="dynamic", tokens=resume_tokens(state))
+        second = read_all(job, "second", 3, state=os.path.join(str(tmp_path), "first.rank0.pt"))
+        # new ranks 0 and 1 train old ranks 0 and 1's pending batch first
+        for r in range(2):
+            assert second[r]["trained_g"][0] == r + 20
+            assert second[r]["trained"][0].tolist() == handed[r + 20]
+        continued = by_g(second, 3, replayed=(1, 1))
+        assert sorted(continued) == list(range(total - 22))
+        for k in range(total - 22):
+            assert continued[k] == reference[22 + k], (
+                "continued batch g'=%d is not reference batch g=%d" % (k, 22 + k))
+        trained = [np.concatenate(r["trained_at_checkpoint"]) for r in first]
+        trained += [np.concatenate(r["trained"]) for r in second]
+        ids = np.concatenate(trained)
+        assert np.array_equal(np.sort(ids), np.arange(ids.min(), ids.min() + ROWS)), (
             "%d ids, %d distinct, %d expected" % (ids.size, np.unique(ids).size, ROWS))
     finally:
         master.stop()

@@ -58,7 +58,9 @@ def main():
         if step == a.steps:
             out["state"] = data.state_dict(pending=1, step=step)
             out["trained_at_checkpoint"] = [s.numpy() for s in model.seen]
+            out["trained_g_at_checkpoint"] = list(model.seen_g)
     out["trained"] = [s.numpy() for s in model.seen]
+    out["trained_g"] = list(model.seen_g)  # each batch's order_g (None: dynamic order)
     torch.save(out, a.out)
     data.close()
     dist.destroy_process_group()

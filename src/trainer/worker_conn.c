@@ -506,6 +506,7 @@ static sl_err_t on_batch(tr_conn_t *c, sl_rpc_frame_t *f, uint64_t *received, sl
                                "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ", id,
                                bi->split_id, bi->sequence);
     }
+    b->order_g_plus_one = bi->order_g_plus_one; /* handed out with the batch */
     *it = (tr_item_t){.batch = b,
                       .conn = c,
                       .delivery_id = id,

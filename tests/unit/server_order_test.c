@@ -5,6 +5,7 @@
  * deterministic order"). */
 #include <criterion/criterion.h>
 
+#include <inttypes.h>
 #include <poll.h>
 #include <string.h>
 #include <unistd.h>
@@ -331,7 +332,10 @@ Test(server_order, an_ordered_batch_goes_on_the_g_window_not_on_credits)
     sl_worker_server_stats_t st;
     sl_worker_server_stats(s, &st);
     cr_assert_eq(st.ordered_sent, 7);
-    cr_assert_eq(st.batches_sent, 7);
+    cr_assert_eq(st.batches_sent, 7,
+                 "batches_sent %" PRIu64 ", acked %" PRIu64 ", bytes_sent %" PRIu64
+                 ", redeliveries %" PRIu64,
+                 st.batches_sent, st.batches_acked, st.bytes_sent, st.redeliveries);
     cr_assert_geq(st.ordered_waits, 1);
     close(r0);
     sl_worker_server_stop(s);

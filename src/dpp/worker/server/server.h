@@ -121,7 +121,9 @@ typedef struct sl_worker_server_item {
 } sl_worker_server_item_t;
 
 typedef struct sl_worker_server_stats {
-    uint64_t batches_sent;  /* BATCH frames sent (redeliveries included) */
+    /* BATCH frames sent (redeliveries included), counted as the send
+     * starts and taken back if it fails: never below batches_acked */
+    uint64_t batches_sent;
     uint64_t bytes_sent;    /* payload bytes of those */
     uint64_t batches_acked; /* distinct batches delivered */
     uint64_t samples_acked;

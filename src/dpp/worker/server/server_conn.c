@@ -96,6 +96,20 @@ static bool my_turn(const struct sl_worker_server *s, const client_t *c) SL_REQU
     return true;
 }
 
+/* Add (sign +1) or take back (-1) one batch of len bytes in the sent
+ * statistics. */
+static void count_sent(struct sl_worker_server *s, size_t len, bool by_shm, int sign)
+    SL_REQUIRES(s->mu)
+{
+    uint64_t n = sign > 0 ? 1 : (uint64_t)-1, bytes = sign > 0 ? len : (uint64_t)0 - len;
+    s->st.batches_sent += n;
+    s->st.bytes_sent += bytes;
+    if (by_shm) {
+        s->st.shm_batches += n;
+        s->st.shm_bytes += bytes;
+    }
+}
+
 /* May a batch popped from a client's queue go to it: an ordered job's
  * batch iff its (epoch, g) is below the client's g-window (docs/PROTOCOL.md,
  * "The deterministic order"), whatever its credits, so that the worker
@@ -191,6 +205,16 @@ static void *sender_main(void *arg)
                 else
                     s->st.ordered_sent++;
                 c->sending = true;
+                size_t len = it->len;
+                /* shm_on (read under the lock) is set before the
+                 * connection's first credit: every batch of it goes one way */
+                bool by_shm = it->in_shm && shm_on;
+                /* Counted before the send and taken back if it fails: the
+                 * client may acknowledge the batch (and
+                 * sl_worker_server_wait_done return) before this thread
+                 * has the lock again, and no snapshot of the statistics
+                 * may show a batch acknowledged but not sent. */
+                count_sent(s, len, by_shm, +1);
                 /* one batch fewer waits to be sent: a producer may go on */
                 if (s->o.max_queued) pthread_cond_broadcast(&s->cv);
                 sl_mutex_unlock(&s->mu);
@@ -212,10 +236,6 @@ static void *sender_main(void *arg)
                     bi.rank_plus_one = it->lease.rank_plus_one;
                     bi.order_g_plus_one = it->lease.order_g_plus_one;
                 }
-                size_t len = it->len;
-                /* shm_on (read under the lock) is set before the
-                 * connection's first credit: every batch of it goes one way */
-                bool by_shm = it->in_shm && shm_on;
                 if (by_shm) { /* a descriptor: the client copies the frame out of the heap */
                     bi.shm_offset = it->shm_offset;
                     bi.shm_length = it->len;
@@ -234,14 +254,11 @@ static void *sender_main(void *arg)
                     it = NULL;
                 }
                 if (rc != SL_OK) {
+                    count_sent(s, len, by_shm, -1); /* not sent after all */
                     /* the receiver sees the socket die and returns the batches */
                     shutdown(c->fd, SHUT_RDWR);
                     break;
                 }
-                s->st.batches_sent++;
-                s->st.bytes_sent += len;
-                s->st.shm_batches += by_shm;
-                s->st.shm_bytes += by_shm ? len : 0;
                 continue;
             }
         }
