@@ -199,7 +199,7 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, bool *refused, sl_error
             rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: expected attached, got %s%s",
                               f->master, sl_rpc_type_name(fr.type), sl_rpc_auth_hint(fr.type));
         }
-    } else if (rc == SL_ERR_TIMEOUT && sl_rpc_address_speaks_http(f->master, SL_RPC_PROBE_MS)) {
+    } else if (sl_rpc_handshake_reached_http(f->master, rc)) {
         rc =
             sl_error_set(err, SL_ERR_INVALID, "master %s: %s", f->master, SL_RPC_ADMIN_NOT_CONTROL);
         *refused = true;
