@@ -50,7 +50,8 @@ bool sl_rpc_address_speaks_http(const char *address, int timeout_ms)
     static const char req[] = "GET /healthz HTTP/1.0\r\n\r\n";
     bool http = false;
     if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1)) {
-        char got[5];
+        /* "HTTP/1.x NNN": the status line up to its code */
+        char got[12];
         size_t have = 0;
         uint64_t deadline = sl_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
         while (have < sizeof got) {
@@ -65,8 +66,17 @@ bool sl_rpc_address_speaks_http(const char *address, int timeout_ms)
             if (n <= 0) break;
             have += (size_t)n;
         }
-        http = have == sizeof got && memcmp(got, "HTTP/", 5) == 0;
+        /* 400 is what a sluice binary port answers (sl_rpc_send_http_refusal);
+         * an admin endpoint answers /healthz with 200. */
+        http = have == sizeof got && memcmp(got, "HTTP/", 5) == 0 && got[8] == ' ' &&
+               memcmp(got + 9, "400", 3) != 0;
     }
     close(fd);
     return http;
+}
+
+bool sl_rpc_handshake_reached_http(const char *address, sl_err_t rc)
+{
+    if (rc != SL_ERR_TIMEOUT && rc != SL_ERR_CLOSED) return false;
+    return sl_rpc_address_speaks_http(address, SL_RPC_PROBE_MS);
 }

@@ -210,6 +210,7 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
     if (out) *out = NULL;
     if (!t || !out) return sl_error_set(err, SL_ERR_INVALID, "trainer next: no client or output");
     uint64_t start = sl_clock_ns();
+    atomic_store(&t->wait_since, start);
     uint64_t until = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                           .tv_nsec = (long)(until % 1000000000ull)};
@@ -256,8 +257,20 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
     /* freshness: at the hand-over, outside the lock */
     if (rc == SL_OK && (*out)->record_ms)
         sl_age_hist_add(&t->freshness, (*out)->record_ms, (*out)->batch_size, sl_age_now_ms());
-    atomic_fetch_add(&t->wait_ns, sl_clock_ns() - start);
+    /* since cleared before the sum grows: tr_wait_ns may miss this call
+     * for a moment, never count it twice */
+    uint64_t end = sl_clock_ns();
+    atomic_store(&t->wait_since, 0);
+    atomic_fetch_add(&t->wait_ns, end - start);
     return rc;
+}
+
+uint64_t tr_wait_ns(const sl_trainer_t *t, uint64_t now)
+{
+    sl_trainer_t *m = (sl_trainer_t *)t; /* atomics only */
+    uint64_t done = atomic_load(&m->wait_ns);
+    uint64_t since = atomic_load(&m->wait_since);
+    return done + (since && now > since ? now - since : 0);
 }
 
 void sl_trainer_release(sl_trainer_t *t, sl_batch_t *batch)

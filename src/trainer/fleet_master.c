@@ -199,7 +199,7 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, bool *refused, sl_error
             rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: expected attached, got %s%s",
                               f->master, sl_rpc_type_name(fr.type), sl_rpc_auth_hint(fr.type));
         }
-    } else if (rc == SL_ERR_TIMEOUT && sl_rpc_address_speaks_http(f->master, SL_RPC_PROBE_MS)) {
+    } else if (sl_rpc_handshake_reached_http(f->master, rc)) {
         rc =
             sl_error_set(err, SL_ERR_INVALID, "master %s: %s", f->master, SL_RPC_ADMIN_NOT_CONTROL);
         *refused = true;
@@ -312,18 +312,24 @@ static void on_token(sl_trainer_t *t, const Sluice__Control__Token *m, uint64_t 
     sl_mutex_unlock(&t->mu);
 }
 
-/* Report the trainer's wait time to the autoscaler. Master thread. */
+/* Report the trainer's wait time to the autoscaler. Master thread. The
+ * wait of a sl_trainer_next call still in progress counts (tr_wait_ns): a
+ * trainer that waits longer than refresh_ms for each batch (slow workers)
+ * would otherwise report no wait while it waits and then more wait than
+ * time, which the master cannot use. One thread waits at a time, so the
+ * wait is at most the interval. */
 static void send_stats(sl_trainer_t *t, int fd)
 {
     tr_fleet_t *f = t->fleet;
     uint64_t now = sl_clock_ns();
-    uint64_t wait = atomic_load(&t->wait_ns), b = atomic_load(&t->batches),
-             s = atomic_load(&t->samples);
+    uint64_t wait = tr_wait_ns(t, now), b = atomic_load(&t->batches), s = atomic_load(&t->samples);
+    if (wait < f->rep_wait_ns) wait = f->rep_wait_ns;
     Sluice__Control__ClientStats cs = SLUICE__CONTROL__CLIENT_STATS__INIT;
     cs.client_id = f->client_id;
     cs.job_id = f->job_id;
-    cs.wait_ns = wait - f->rep_wait_ns;
     cs.elapsed_ns = now - f->rep_at_ns;
+    cs.wait_ns = wait - f->rep_wait_ns;
+    if (cs.wait_ns > cs.elapsed_ns) cs.wait_ns = cs.elapsed_ns;
     cs.batches = b - f->rep_batches;
     cs.samples = s - f->rep_samples;
     sl_mutex_lock(&f->msend_mu);

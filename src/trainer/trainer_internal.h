@@ -165,6 +165,10 @@ struct sl_trainer {
     char last_problem[512]; /* master mode: why a worker connection last failed */
 
     _Atomic uint64_t batches, samples, bytes, wait_ns, reconnects, dropped;
+    /* When the sl_trainer_next call in progress began (0: none), so that a
+     * wait is reported while it lasts, not only once the call returns
+     * (tr_wait_ns). Written by the one thread that calls next. */
+    _Atomic uint64_t wait_since;
     _Atomic uint64_t batches_shm, batches_socket;
     _Atomic uint32_t queued, workers;
 
@@ -208,6 +212,13 @@ void tr_drop_unacked_locked(sl_trainer_t *t, const tr_conn_t *c) SL_REQUIRES(t->
  * caller holds it. */
 void tr_fail(sl_trainer_t *t, const sl_error_t *e) SL_EXCLUDES(t->mu);
 void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e) SL_REQUIRES(t->mu);
+
+/* Time sl_trainer_next has waited for data up to now (sl_clock_ns),
+ * counting the call in progress: a trainer stalled in one long call is
+ * seen waiting while it waits. Not monotonic across calls by a few
+ * microseconds at a call's end (the caller keeps its own floor). Any
+ * thread. */
+uint64_t tr_wait_ns(const sl_trainer_t *t, uint64_t now);
 
 /* Sleep up to ms (< 0: without limit) unless the client closes or *stop
  * (stop may be NULL; read under mu) becomes true. Takes mu. @return true

@@ -617,5 +617,16 @@ Test(cli_jobs, the_control_and_admin_ports_mixed_up_are_named)
 
     cr_assert_neq(SLUICE("worker", "--master", m.admin, "--listen", "127.0.0.1:0"), 0, "%s", out);
     cr_assert(strstr(out, expect) != NULL, "%s", out);
+
+    /* A frame whose bytes hold a line end (here the length byte 10 of a
+     * 10-character worker id or job id; by chance a varint byte of the
+     * random incarnation) is dropped by the HTTP server at once, without an
+     * answer rather than after a timeout: named all the same. */
+    cr_assert_neq(SLUICE("worker", "--master", m.admin, "--listen", "127.0.0.1:0", "--worker-id",
+                         "w-10-chars"),
+                  0, "%s", out);
+    cr_assert(strstr(out, expect) != NULL, "%s", out);
+    cr_assert_neq(SLUICE("read", "--master", m.admin, "--job", "j-10-chars"), 0, "%s", out);
+    cr_assert(strstr(out, expect) != NULL, "%s", out);
     free(job);
 }

@@ -3,7 +3,8 @@
  * submission (and its refusals), register / lease / heartbeat / split read,
  * attach / commit (overlap, idempotent retry, across a restart), tokens,
  * lease expiry and revocation, garbage on the control socket, the JSON
- * views and metrics, scaling and removal. Every master runs on the
+ * views and metrics, the trainer wait the autoscaler reads, scaling and
+ * removal. Every master runs on the
  * counting allocator of testutil.h (nothing leaks, every free has its
  * size), and one test fails each allocation of a worker's and a client's
  * session in turn. */
@@ -687,6 +688,54 @@ Test(master_server, idle_client_records_are_evicted)
                  SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
     close(c);
     close(keeper);
+    env_fini(&e);
+}
+
+static void client_stats(int fd, const char *id, uint64_t wait_ms, uint64_t elapsed_ms)
+{
+    Sluice__Control__ClientStats cs = SLUICE__CONTROL__CLIENT_STATS__INIT;
+    cs.client_id = (char *)id;
+    cs.job_id = "j";
+    cs.wait_ns = wait_ms * 1000000;
+    cs.elapsed_ns = elapsed_ms * 1000000;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_CLIENT_STATS, &cs.base, NULL, 0, &err), SL_OK, "%s",
+                 err.msg);
+}
+
+/* The job's trainer_wait once it is want (within a bounded wait). */
+static void expect_wait(env *e, double want, const char *what)
+{
+    double got = -1;
+    for (int i = 0; i < (int)(tu_timeout(5) * 100) && got != want; i++) {
+        if (i) usleep(10 * 1000);
+        json_t *j = job_json(e);
+        got = json_real_value(json_object_get(j, "trainer_wait"));
+        json_decref(j);
+    }
+    cr_assert_eq(got, want, "%s: trainer_wait %g, want %g", what, got, want);
+}
+
+/* CLIENT_STATS as the autoscaler reads them (trainer_wait, observed every
+ * 50 ms here): the fraction of the reports' time spent waiting; a report
+ * with more wait than time is all wait (a client that counts a long wait
+ * when it ends), not dropped; intervals without a report keep the last
+ * measure while the job has a client; without clients nobody waits. */
+Test(master_server, client_stats_feed_the_trainer_wait)
+{
+    env e;
+    env_init(&e, 5000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    int c = client(&e, "c1", NULL);
+    client_stats(c, "c1", 25, 100);
+    expect_wait(&e, 0.25, "a quarter of the time");
+    usleep(300 * 1000); /* six observations without a report */
+    expect_wait(&e, 0.25, "no report since");
+    client_stats(c, "c1", 700, 200);
+    expect_wait(&e, 1.0, "a wait longer than the interval");
+    close(c);
+    expect_wait(&e, 0.0, "no client left");
     env_fini(&e);
 }
 

@@ -1,8 +1,10 @@
 /* Trainer protocol framing (src/rpc/frame.c): header round trip and every
  * rejection with its exact code; send/receive over a socketpair including a
  * payload of several MB and frames cut short; address handling with
- * listen/connect on loopback. */
+ * listen/connect on loopback; the probe that tells an HTTP server from a
+ * sluice binary port (port_hint.h). */
 #include <criterion/criterion.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -339,4 +341,77 @@ Test(rpc_frame, listen_connect_loopback)
     cr_assert(strstr(err.msg, addr) != NULL, "%s", err.msg);
     cr_assert_eq(sl_rpc_connect("no-port-here", 100, &cfd, &err), SL_ERR_INVALID);
     cr_assert_eq(sl_rpc_connect("[::1]:", 100, &cfd, &err), SL_ERR_INVALID);
+}
+
+/* One HTTP-ish peer on a listening socket: accepts one connection, reads
+ * the request's head (bounded by a receive timeout), then answers with
+ * answer, with the refusal of a sluice binary port (refusal), or not at
+ * all (closes). */
+typedef struct http_peer {
+    int lfd;
+    const char *answer;
+    bool refusal;
+} http_peer_t;
+
+static void *http_peer_main(void *arg)
+{
+    http_peer_t *p = arg;
+    int fd = accept(p->lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    sl_error_t err = {0};
+    sl_rpc_set_recv_timeout(fd, 5000, &err);
+    char req[256];
+    size_t have = 0;
+    while (have < sizeof req - 1) {
+        ssize_t n = recv(fd, req + have, sizeof req - 1 - have, 0);
+        if (n <= 0) break;
+        have += (size_t)n;
+        req[have] = '\0';
+        if (strstr(req, "\r\n\r\n")) break;
+    }
+    if (p->refusal)
+        sl_rpc_send_http_refusal(fd, "this is a binary port");
+    else if (p->answer) /* a short write shows as a probe that saw no HTTP */
+        (void)!send(fd, p->answer, strlen(p->answer), MSG_NOSIGNAL);
+    close(fd);
+    return NULL;
+}
+
+/* Probe addr (sl_rpc_handshake_reached_http after rc) against peer p. */
+static bool probe_with(http_peer_t *p, const char *addr, sl_err_t rc)
+{
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, http_peer_main, p), 0);
+    bool http = sl_rpc_handshake_reached_http(addr, rc);
+    pthread_join(th, NULL);
+    return http;
+}
+
+Test(rpc_frame, a_probe_tells_an_http_server_from_a_binary_port)
+{
+    int lfd;
+    uint16_t port = 0;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_listen("127.0.0.1:0", 4, &lfd, &port, &err), SL_OK, "%s", err.msg);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+
+    /* An admin endpoint: a handshake that timed out or was closed unanswered. */
+    http_peer_t admin = {.lfd = lfd, .answer = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"};
+    cr_assert(probe_with(&admin, addr, SL_ERR_TIMEOUT));
+    cr_assert(probe_with(&admin, addr, SL_ERR_CLOSED));
+    /* A sluice binary port answers HTTP only with its 400: not an admin endpoint. */
+    http_peer_t binary = {.lfd = lfd, .refusal = true};
+    cr_assert_not(probe_with(&binary, addr, SL_ERR_CLOSED));
+    /* A peer that closes without a word speaks no HTTP. */
+    http_peer_t silent = {.lfd = lfd};
+    cr_assert_not(probe_with(&silent, addr, SL_ERR_TIMEOUT));
+
+    /* Any other failure is a binary peer's answer: no probe at all (no
+     * connection waits on the listening socket). */
+    cr_assert_not(sl_rpc_handshake_reached_http(addr, SL_ERR_PROTOCOL));
+    cr_assert_not(sl_rpc_handshake_reached_http(addr, SL_ERR_INVALID));
+    struct pollfd pl = {.fd = lfd, .events = POLLIN};
+    cr_assert_eq(poll(&pl, 1, 0), 0, "a probe connected");
+    close(lfd);
 }

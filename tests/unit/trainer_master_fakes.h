@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "rpc/frame.h"
 #include "sluice/wire.h"
 
@@ -26,6 +27,7 @@
 #define FK_MAX_SPLITS 16
 #define FK_MAX_NONCES 1024
 #define FK_MAX_FRAMES 256
+#define FK_MAX_STATS 256
 
 /* ---- a fake worker ---- */
 
@@ -273,6 +275,8 @@ typedef struct fk_master {
     char client_id[128];
     uint32_t commits, repeated_nonces, attaches, stats_msgs, connections, client_ids_seen;
     uint64_t stats_batches;
+    /* the first FK_MAX_STATS CLIENT_STATS: wait, elapsed, when received (sl_clock_ns) */
+    uint64_t stats_wait[FK_MAX_STATS], stats_elapsed[FK_MAX_STATS], stats_at[FK_MAX_STATS];
     bool bad_attach;
 } fk_master_t;
 
@@ -388,8 +392,14 @@ static void fk_master_serve(fk_master_t *m, int fd)
                 sl_rpc_send(fd, SL_RPC_COMMIT_REPLY, &r.base, NULL, 0, NULL);
             }
         } else if (f.type == SL_RPC_CLIENT_STATS) {
+            const Sluice__Control__ClientStats *cs = (const Sluice__Control__ClientStats *)f.msg;
+            if (m->stats_msgs < FK_MAX_STATS) {
+                m->stats_wait[m->stats_msgs] = cs->wait_ns;
+                m->stats_elapsed[m->stats_msgs] = cs->elapsed_ns;
+                m->stats_at[m->stats_msgs] = sl_clock_ns();
+            }
             m->stats_msgs++;
-            m->stats_batches += ((Sluice__Control__ClientStats *)f.msg)->batches;
+            m->stats_batches += cs->batches;
         } else if (f.type == SL_RPC_TOKEN_REQUEST) {
             char text[4096];
             fk_token(m, (Sluice__Control__TokenRequest *)f.msg, text, sizeof text);

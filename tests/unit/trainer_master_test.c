@@ -528,3 +528,36 @@ Test(trainer_master, withheld_acks_go_after_ack_ms_and_before_goodbye)
     cr_assert(strstr(err.msg, "trainer: $SLUICE_TRAINER_ACK_EVERY '4x'"), "%s", err.msg);
     fk_master_stop(&m3);
 }
+
+/* A trainer that waits longer than refresh_ms in one sl_trainer_next call
+ * (no worker here: nothing comes) is seen waiting while it waits: a
+ * CLIENT_STATS sent during the call reports its whole interval as wait,
+ * exactly, not nothing until the call ends and then more wait than time. */
+Test(trainer_master, a_long_wait_is_reported_while_it_lasts)
+{
+    fk_master_t m = {.job = JOB, .splits = 1, .rows_per_split = 10};
+    fk_master_start(&m);
+    sl_trainer_t *t = attach(&m, 2, 0, 1); /* refresh_ms 50 */
+    int call_ms = (int)(tu_timeout(1) * 1000);
+    sl_batch_t *b = NULL;
+    sl_error_t err = {0};
+    uint64_t start = sl_clock_ns();
+    cr_assert_eq(sl_trainer_next(t, call_ms, &b, &err), SL_ERR_TIMEOUT, "%s", err.msg);
+    uint64_t end = sl_clock_ns();
+    sl_trainer_close(t);
+    fk_master_stop(&m);
+
+    uint32_t n = m.stats_msgs < FK_MAX_STATS ? m.stats_msgs : FK_MAX_STATS, whole = 0;
+    uint64_t waited = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        cr_assert_leq(m.stats_wait[i], m.stats_elapsed[i], "report %u: waited %llu ns of %llu", i,
+                      (unsigned long long)m.stats_wait[i], (unsigned long long)m.stats_elapsed[i]);
+        whole += m.stats_elapsed[i] > 0 && m.stats_wait[i] == m.stats_elapsed[i];
+        waited += m.stats_wait[i];
+    }
+    /* ~20 reports fall inside the call; under load a few at least */
+    cr_assert_geq(whole, 3, "%u of %u reports of a %d ms wait say the trainer waited throughout",
+                  whole, n, call_ms);
+    cr_assert_leq(waited, end - start, "reported %llu ns of wait in a %llu ns call",
+                  (unsigned long long)waited, (unsigned long long)(end - start));
+}

@@ -249,9 +249,11 @@ void mp_on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *s)
     mp_job *j = mp_job_find(m, s->job_id);
     if (j == NULL) return;
     /* One client's report; wait is summed over clients as is elapsed, so
-     * the ratio is the mean fraction of time trainers waited. */
-    if (s->wait_ns <= s->elapsed_ns && s->elapsed_ns < 3600ull * 1000000000ull) {
-        j->wait_ns += s->wait_ns;
+     * the ratio is the mean fraction of time trainers waited. A client
+     * waits at most the whole interval: more (a client that counts a long
+     * wait only when it ends) is all of it, not a report to drop. */
+    if (s->elapsed_ns > 0 && s->elapsed_ns < 3600ull * 1000000000ull) {
+        j->wait_ns += s->wait_ns < s->elapsed_ns ? s->wait_ns : s->elapsed_ns;
         j->elapsed_ns += s->elapsed_ns;
     }
 }

@@ -118,6 +118,16 @@ void mp_rows_progress(const sl_master_state_job_status_t *st, uint64_t *done, ui
     *done = st->finished ? *total : (uint64_t)st->epoch * st->total_rows + st->committed_rows;
 }
 
+/* Is a trainer client of the job connected? O(connections). */
+static bool has_clients(const sl_master_t *m, const char *job) SL_REQUIRES(m->mu)
+{
+    for (uint32_t c = 0; c < m->opts.max_connections; c++)
+        if (m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT &&
+            strcmp(m->conns[c].job, job) == 0)
+            return true;
+    return false;
+}
+
 /* One look at the job for its history (history.h). */
 static void history_tick(sl_master_t *m, mp_job *j, uint64_t now, uint32_t live) SL_REQUIRES(m->mu)
 {
@@ -179,7 +189,14 @@ void mp_tick(sl_master_t *m, uint64_t now)
             live++;
         }
         j->last_busy = live > 0 ? busy / live : 0;
-        j->last_wait = j->elapsed_ns > 0 ? (double)j->wait_ns / (double)j->elapsed_ns : 0;
+        /* No report in this interval (a client reports every refresh_ms,
+         * 1 s by default like this interval, so some intervals catch none;
+         * under load a report comes late): "no news" is not "no wait", the
+         * last measure stands while the job has clients. */
+        if (j->elapsed_ns > 0)
+            j->last_wait = (double)j->wait_ns / (double)j->elapsed_ns;
+        else if (!has_clients(m, j->id))
+            j->last_wait = 0;
         if (j->last_wait > 1) j->last_wait = 1;
         j->wait_ns = j->elapsed_ns = 0;
         sl_master_autoscale_observation_t obs = {.now_ns = now * 1000000ull,

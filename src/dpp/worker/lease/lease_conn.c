@@ -101,11 +101,12 @@ static sl_err_t recv_reply(sl_worker_lease_client_t *ms, const char *what, sl_rp
     return SL_OK;
 }
 
-/* A handshake that timed out on an address that answers HTTP is a user
- * who gave the master's admin port: a refusal that will not change. */
+/* A handshake that failed on an address that answers HTTP (timed out, or
+ * closed unanswered: port_hint.h) is a user who gave the master's admin
+ * port: a refusal that will not change. */
 static sl_err_t wrong_port(sl_worker_lease_client_t *ms, sl_err_t rc, sl_error_t *err)
 {
-    if (rc != SL_ERR_TIMEOUT || !sl_rpc_address_speaks_http(ms->master, SL_RPC_PROBE_MS)) return rc;
+    if (!sl_rpc_handshake_reached_http(ms->master, rc)) return rc;
     rc = sl_error_set(err, SL_ERR_INVALID, "master %s: %s", ms->master, SL_RPC_ADMIN_NOT_CONTROL);
     sl_mutex_lock(&ms->mu);
     ms->fatal = rc;
