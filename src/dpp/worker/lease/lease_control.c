@@ -446,6 +446,19 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     sl_free(ms->a, tell, cap_tell * sizeof *tell);
 }
 
+/* A heartbeat now, and the next one a period later (last_hb, next_hb:
+ * the control loop's clock of them). */
+static void beat_now(sl_worker_lease_client_t *ms, uint64_t *last_hb, uint64_t *next_hb)
+    SL_REQUIRES(ms->mu)
+{
+    uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
+    sl_mutex_unlock(&ms->mu);
+    heartbeat(ms, false);
+    sl_mutex_lock(&ms->mu);
+    *last_hb = sl_clock_ns();
+    *next_hb = *last_hb + period * 1000000ull;
+}
+
 /* Is a lease of the deterministic order being read with its base not
  * known yet (its batches held for it)? */
 static bool awaits_base(sl_worker_lease_client_t *ms) SL_REQUIRES(ms->mu)
@@ -483,12 +496,7 @@ void *dpp_lease_control_main(void *arg)
          * (the next split's base comes back in the reply), not after its
          * batches' commits; heartbeat() marks it sent, so this never spins */
         if (count_unsent(ms)) {
-            uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
-            sl_mutex_unlock(&ms->mu);
-            heartbeat(ms, false);
-            sl_mutex_lock(&ms->mu);
-            last_hb = sl_clock_ns();
-            next_hb = last_hb + period * 1000000ull;
+            beat_now(ms, &last_hb, &next_hb);
             continue;
         }
         /* a shared pass stuck behind its own job's trainers must not hold
@@ -515,12 +523,7 @@ void *dpp_lease_control_main(void *arg)
         uint64_t due = next_hb;
         if (awaits_base(ms) && last_hb + ORDER_POLL_NS < due) due = last_hb + ORDER_POLL_NS;
         if (now >= due) {
-            uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
-            sl_mutex_unlock(&ms->mu);
-            heartbeat(ms, false);
-            sl_mutex_lock(&ms->mu);
-            last_hb = sl_clock_ns();
-            next_hb = last_hb + period * 1000000ull;
+            beat_now(ms, &last_hb, &next_hb);
             continue;
         }
         uint64_t until = due;
