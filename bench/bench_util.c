@@ -1,6 +1,8 @@
 /* Benchmark helpers: clock, memcpy baseline, sink, the MovieLens rows. */
 #include "bench_util.h"
 
+#include <errno.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -257,4 +259,57 @@ int bench_read_table(const sl_wh_table_t *t, const char *dir, const sl_wh_read_o
     r->wall = bench_now() - w0;
     r->cpu = bench_cpu_seconds() - c0;
     return 0;
+}
+
+int bench_s3_env_load(const char *dir, const char *who)
+{
+    char path[600], line[512];
+    snprintf(path, sizeof path, "%s/env", dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "%s: %s: %s (start it: ops/s3proxy start --dir %s)\n", who, path,
+                strerror(errno), dir);
+        return 1;
+    }
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char *eq = strchr(line, '=');
+        if (eq == NULL) continue;
+        *eq = '\0';
+        setenv(line, eq + 1, 1);
+    }
+    fclose(f);
+    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+    return 0;
+}
+
+/* nftw passes no context: the upload in progress (the benchmarks upload
+ * from one thread) */
+static struct {
+    sl_store_t *store;
+    const char *root, *prefix, *who;
+} upload;
+
+static int upload_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag != FTW_F) return 0;
+    char key[1024];
+    snprintf(key, sizeof key, "%s/%s", upload.prefix, path + strlen(upload.root) + 1);
+    sl_error_t e = {0};
+    if (sl_store_put_file(upload.store, key, path, &e) != SL_OK) {
+        fprintf(stderr, "%s: %s\n", upload.who, e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+int bench_s3_upload_tree(sl_store_t *store, const char *root, const char *prefix, const char *who)
+{
+    upload.store = store;
+    upload.root = root;
+    upload.prefix = prefix;
+    upload.who = who;
+    return nftw(root, upload_one, 16, FTW_PHYS) != 0;
 }

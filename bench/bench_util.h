@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/store.h"
 #include "warehouse/warehouse.h"
 
 double bench_now(void); /* seconds, CLOCK_MONOTONIC */
@@ -79,5 +80,15 @@ uint64_t bench_movielens_jsonl(const char *ratings, uint32_t copies, const char 
  * cluster_dedup. @return 0 or -1 (message on stderr). */
 int bench_movielens_import(const char *jsonl, const char *table, bool cluster_dedup,
                            const sl_wh_writer_opts_t *base);
+
+/* The test S3 server's endpoint and credentials from DIR/env (written by
+ * `ops/s3proxy start --dir DIR`) into this process's environment, which
+ * the workers it starts inherit. @return 0, or 1 with a message naming
+ * who and the file. */
+int bench_s3_env_load(const char *dir, const char *who);
+
+/* Every file under root put into store as prefix/<its path below root>.
+ * @return 0, or 1 with the store's message. */
+int bench_s3_upload_tree(sl_store_t *store, const char *root, const char *prefix, const char *who);
 
 #endif

@@ -25,7 +25,6 @@
  * Usage: bench_idle_gaps [--rows N] [--rounds N] [--s3-dir DIR] */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -182,53 +181,22 @@ static void print_row(const char *mode, const char *what, double *v, int n)
            v[n / 2] * 1e3, v[n - 1] * 1e3);
 }
 
-static sl_store_t *up;
-
-static int upload_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if (flag != FTW_F) return 0;
-    char key[1024];
-    snprintf(key, sizeof key, "criteo/%s", path + strlen(table) + 1);
-    sl_error_t e = {0};
-    if (sl_store_put_file(up, key, path, &e) != SL_OK) {
-        fprintf(stderr, "bench_idle_gaps: %s\n", e.msg);
-        return 1;
-    }
-    return 0;
-}
-
 /* The server's endpoint and credentials from DIR/env into this process's
  * environment (the executor's workers inherit it), and the table into
  * its bucket bench-gaps. */
 static int s3_setup(const char *s3dir)
 {
-    char path[600], line[512];
-    snprintf(path, sizeof path, "%s/env", s3dir);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        fprintf(stderr, "bench_idle_gaps: %s: %s (start it: ops/s3proxy start --dir %s)\n", path,
-                strerror(errno), s3dir);
-        return 1;
-    }
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = '\0';
-        char *eq = strchr(line, '=');
-        if (eq == NULL) continue;
-        *eq = '\0';
-        setenv(line, eq + 1, 1);
-    }
-    fclose(f);
-    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+    if (bench_s3_env_load(s3dir, "bench_idle_gaps") != 0) return 1;
+    char path[600];
     snprintf(path, sizeof path, "%s/data/bench-gaps", s3dir);
     mkdir(path, 0755); /* a bucket of the filesystem backend */
     sl_error_t e = {0};
+    sl_store_t *up = NULL;
     if (sl_store_open_url("s3://bench-gaps", NULL, &up, NULL, &e) != SL_OK) {
         fprintf(stderr, "bench_idle_gaps: %s\n", e.msg);
         return 1;
     }
-    int rc = nftw(table, upload_one, 16, FTW_PHYS);
+    int rc = bench_s3_upload_tree(up, table, "criteo", "bench_idle_gaps");
     sl_store_destroy(up);
     return rc != 0;
 }

@@ -22,7 +22,6 @@
 #endif
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -40,44 +39,7 @@
 #include "sluice/trainer.h"
 #include "store/store.h"
 
-static const char *root;
 static sl_store_t *up;
-
-static int upload_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if (flag != FTW_F) return 0;
-    char key[1024];
-    snprintf(key, sizeof key, "criteo/%s", path + strlen(root) + 1);
-    sl_error_t e = {0};
-    if (sl_store_put_file(up, key, path, &e) != SL_OK) {
-        fprintf(stderr, "bench_s3_job: %s\n", e.msg);
-        return 1;
-    }
-    return 0;
-}
-
-static void load_env(const char *dir)
-{
-    char path[600], line[512];
-    snprintf(path, sizeof path, "%s/env", dir);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        fprintf(stderr, "bench_s3_job: %s: %s (start it: ops/s3proxy start --dir %s)\n", path,
-                strerror(errno), dir);
-        exit(1);
-    }
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = '\0';
-        char *eq = strchr(line, '=');
-        if (eq == NULL) continue;
-        *eq = '\0';
-        setenv(line, eq + 1, 1);
-    }
-    fclose(f);
-    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
-}
 
 /* CPU seconds (user + system) of the process in DIR/s3proxy.pid so far;
  * -1 when it cannot be read. */
@@ -377,7 +339,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_s3_job: --dir DIR is required (ops/s3proxy start --dir DIR)\n");
         return 2;
     }
-    load_env(dir);
+    if (bench_s3_env_load(dir, "bench_s3_job") != 0) return 1;
     char local[700], bucket[700];
     snprintf(local, sizeof local, "%s/bench-s3job-local", dir);
     snprintf(bucket, sizeof bucket, "%s/data/bench-s3job", dir);
@@ -392,9 +354,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_s3_job: %s\n", e.msg);
         return 1;
     }
-    root = local;
     double u0 = bench_now();
-    if (nftw(local, upload_one, 16, FTW_PHYS) != 0) return 1;
+    if (bench_s3_upload_tree(up, local, "criteo", "bench_s3_job") != 0) return 1;
     double upload_s = bench_now() - u0;
     sl_store_stats_t ust;
     sl_store_stats(up, &ust);

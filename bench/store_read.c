@@ -21,30 +21,15 @@
 
 static char endpoint[256], key_id[128], secret[128];
 
+/* The server's endpoint and credentials: into the environment, and kept
+ * for the curl runs */
 static void load_env(const char *dir)
 {
-    char path[600], line[512];
-    snprintf(path, sizeof path, "%s/env", dir);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        fprintf(stderr, "bench_store_read: %s: %s (start it: ops/s3proxy start --dir %s)\n", path,
-                strerror(errno), dir);
-        exit(1);
-    }
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = '\0';
-        char *eq = strchr(line, '=');
-        if (eq == NULL) continue;
-        *eq = '\0';
-        setenv(line, eq + 1, 1);
-        if (strcmp(line, "AWS_ENDPOINT_URL") == 0)
-            snprintf(endpoint, sizeof endpoint, "%s", eq + 1);
-        if (strcmp(line, "AWS_ACCESS_KEY_ID") == 0) snprintf(key_id, sizeof key_id, "%s", eq + 1);
-        if (strcmp(line, "AWS_SECRET_ACCESS_KEY") == 0)
-            snprintf(secret, sizeof secret, "%s", eq + 1);
-    }
-    fclose(f);
-    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+    if (bench_s3_env_load(dir, "bench_store_read") != 0) exit(1);
+    const char *v;
+    if ((v = getenv("AWS_ENDPOINT_URL")) != NULL) snprintf(endpoint, sizeof endpoint, "%s", v);
+    if ((v = getenv("AWS_ACCESS_KEY_ID")) != NULL) snprintf(key_id, sizeof key_id, "%s", v);
+    if ((v = getenv("AWS_SECRET_ACCESS_KEY")) != NULL) snprintf(secret, sizeof secret, "%s", v);
 }
 
 static double sluice_round(sl_store_t *st, sl_store_range_t *r, size_t n)
