@@ -16,6 +16,7 @@
 #include "sluice/err.h"
 #include "sluice/tensor.h"
 #include "warehouse/column_map.h"
+#include "warehouse/pq_dataset.h"
 #include "warehouse/warehouse.h"
 
 typedef struct sl_pipeline_dedup_group {
@@ -150,11 +151,9 @@ bool sl_pipeline_spec_markdown(FILE *out, const char *section);
 
 /* A range filter of the job that row statistics can rule out: the rows
  * kept have lo <= value <= hi, value the timestamp (label NULL) or the
- * label named label (borrowed from job). */
-typedef struct sl_pipeline_range {
-    const char *label;
-    double lo, hi;
-} sl_pipeline_range_t;
+ * label named label (borrowed from job). The Parquet planner's own range,
+ * so the master and the worker hand the job's ranges to it as they are. */
+typedef sl_wh_pqds_range_t sl_pipeline_range_t;
 
 /* The job's timestamp_range and label_range filters (every one must pass:
  * they are ANDed), at most cap into out. @return how many there are. */

@@ -40,12 +40,9 @@ static sl_err_t parquet_splits(sl_pipeline_job_t *job, sl_wh_pqds_t **ds, sl_wh_
     sl_err_t rc = sl_wh_pqds_open(job->parquet, job->parquet_columns, job->partitions, NULL,
                                   add_problem, pr, ds, err);
     if (rc == SL_OK) rc = sl_pipeline_plan_check(job, sl_wh_pqds_mapping(*ds)->schema, pr, err);
-    sl_pipeline_range_t jr[16];
-    sl_wh_pqds_range_t ranges[16];
-    uint32_t nr = sl_pipeline_job_ranges(job, jr, 16);
+    sl_pipeline_range_t ranges[16];
+    uint32_t nr = sl_pipeline_job_ranges(job, ranges, 16);
     nr = nr > 16 ? 16 : nr;
-    for (uint32_t i = 0; i < nr; i++)
-        ranges[i] = (sl_wh_pqds_range_t){jr[i].label, jr[i].lo, jr[i].hi};
     if (rc == SL_OK) rc = sl_wh_pqds_plan(*ds, job->split_rows, ranges, nr, splits, ps, err);
     if (rc == SL_OK && (*splits)->count == 0)
         rc = sl_error_set(err, SL_ERR_INVALID,

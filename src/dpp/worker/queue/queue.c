@@ -74,6 +74,34 @@ static bool grow(sl_worker_queue_t *q) SL_REQUIRES(q->mu)
     return true;
 }
 
+/* Put m in the queue, at its tail or, given later, before the messages
+ * queued at the tail that come later than it; then unlock. The one
+ * place a message enters a queue that is not closed. */
+static sl_err_t insert_unlock(sl_worker_queue_t *q, const sl_worker_msg_t *m,
+                              bool (*later)(const sl_worker_msg_t *queued,
+                                            const sl_worker_msg_t *m)) SL_RELEASE(q->mu)
+{
+    if (q->closed) {
+        sl_mutex_unlock(&q->mu);
+        return SL_ERR_CLOSED;
+    }
+    if (q->len == q->ring_cap && !grow(q)) {
+        sl_mutex_unlock(&q->mu);
+        return SL_ERR_NOMEM;
+    }
+    /* O(messages moved): in order, the usual case, moves none */
+    uint32_t i = q->len;
+    while (later && i > 0 && later(&q->ring[(q->head + i - 1) % q->ring_cap], m)) {
+        q->ring[(q->head + i) % q->ring_cap] = q->ring[(q->head + i - 1) % q->ring_cap];
+        i--;
+    }
+    q->ring[(q->head + i) % q->ring_cap] = *m;
+    q->len++;
+    pthread_cond_signal(&q->not_empty);
+    sl_mutex_unlock(&q->mu);
+    return SL_OK;
+}
+
 sl_err_t sl_worker_queue_push(sl_worker_queue_t *q, const sl_worker_msg_t *m, int timeout_ms)
 {
     struct timespec dl = sl_clock_deadline_ms(timeout_ms < 0 ? 0 : timeout_ms);
@@ -85,19 +113,7 @@ sl_err_t sl_worker_queue_push(sl_worker_queue_t *q, const sl_worker_msg_t *m, in
             return SL_ERR_TIMEOUT;
         }
     }
-    if (q->closed) {
-        sl_mutex_unlock(&q->mu);
-        return SL_ERR_CLOSED;
-    }
-    if (q->len == q->ring_cap && !grow(q)) {
-        sl_mutex_unlock(&q->mu);
-        return SL_ERR_NOMEM;
-    }
-    q->ring[(q->head + q->len) % q->ring_cap] = *m;
-    q->len++;
-    pthread_cond_signal(&q->not_empty);
-    sl_mutex_unlock(&q->mu);
-    return SL_OK;
+    return insert_unlock(q, m, NULL);
 }
 
 sl_err_t sl_worker_queue_push_sorted(sl_worker_queue_t *q, const sl_worker_msg_t *m,
@@ -105,25 +121,7 @@ sl_err_t sl_worker_queue_push_sorted(sl_worker_queue_t *q, const sl_worker_msg_t
                                                    const sl_worker_msg_t *m))
 {
     sl_mutex_lock(&q->mu);
-    if (q->closed) {
-        sl_mutex_unlock(&q->mu);
-        return SL_ERR_CLOSED;
-    }
-    if (q->len == q->ring_cap && !grow(q)) {
-        sl_mutex_unlock(&q->mu);
-        return SL_ERR_NOMEM;
-    }
-    /* O(messages moved): in order, the usual case, moves none */
-    uint32_t i = q->len;
-    while (i > 0 && later(&q->ring[(q->head + i - 1) % q->ring_cap], m)) {
-        q->ring[(q->head + i) % q->ring_cap] = q->ring[(q->head + i - 1) % q->ring_cap];
-        i--;
-    }
-    q->ring[(q->head + i) % q->ring_cap] = *m;
-    q->len++;
-    pthread_cond_signal(&q->not_empty);
-    sl_mutex_unlock(&q->mu);
-    return SL_OK;
+    return insert_unlock(q, m, later);
 }
 
 bool sl_worker_queue_peek_tail(sl_worker_queue_t *q, sl_worker_msg_t *m)

@@ -193,12 +193,9 @@ static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job, bool 
     if (rc == SL_OK && decode_maps && !job->num_dedup_groups)
         rc = sl_pipeline_plan_map_at_decode(w->plan, &w->decode_maps, err);
     if (rc == SL_OK && !w->source.next) {
-        sl_pipeline_range_t jr[16];
-        sl_wh_pqds_range_t ranges[16];
-        uint32_t nr = sl_pipeline_job_ranges(job, jr, 16);
+        sl_pipeline_range_t ranges[16];
+        uint32_t nr = sl_pipeline_job_ranges(job, ranges, 16);
         nr = nr > 16 ? 16 : nr;
-        for (uint32_t i = 0; i < nr; i++)
-            ranges[i] = (sl_wh_pqds_range_t){jr[i].label, jr[i].lo, jr[i].hi};
         sl_wh_pqds_plan_stats_t ps = {0};
         rc = sl_wh_pqds_plan(ds, job->split_rows, ranges, nr, &splits, &ps, err);
         w->st.pq_row_groups = ps.row_groups;
