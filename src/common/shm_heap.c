@@ -13,6 +13,12 @@
 
 #define MAX_BYTES (1ull << 40)
 
+#ifdef MADV_POPULATE_WRITE
+#define POPULATE_WRITE MADV_POPULATE_WRITE
+#else
+#define POPULATE_WRITE 23 /* Linux 5.14's value, for older headers */
+#endif
+
 /* A run of free granules [at, at + n). */
 typedef struct extent {
     uint64_t at, n;
@@ -30,6 +36,10 @@ struct sl_shm_heap {
     /* size in granules of the live block starting at each granule; 0: none */
     uint32_t *live;
     uint64_t blocks, used, allocs;
+    /* one past the highest granule ever handed out: every page below it
+     * has been touched (a fault each, the first time), none above */
+    uint64_t top;
+    uint64_t peak; /* the most bytes in live blocks at once */
     _Atomic uint64_t fallbacks;
     /* sl_shm_heap_allocator's */
     sl_allocator_t frame_a;
@@ -105,6 +115,7 @@ void *sl_shm_heap_alloc(sl_shm_heap_t *h, size_t size)
     if (n > UINT32_MAX) return NULL;
     sl_mutex_lock(&h->mu);
     void *p = NULL;
+    uint64_t fresh = 0, fresh_end = 0; /* granules never handed out before */
     /* A free may split nothing but add one extent: keep room for one per
      * live block and one more, so that free never has to allocate. */
     if (h->blocks + 2 > h->cap) {
@@ -127,14 +138,29 @@ void *sl_shm_heap_alloc(sl_shm_heap_t *h, size_t size)
             h->next--;
         }
         h->live[at] = (uint32_t)n;
+        if (at + n > h->top) {
+            fresh = at > h->top ? at : h->top;
+            fresh_end = at + n;
+            h->top = at + n;
+        }
         h->blocks++;
         h->used += n * SL_SHM_HEAP_GRANULE;
+        if (h->used > h->peak) h->peak = h->used;
         h->allocs++;
         p = h->base + at * SL_SHM_HEAP_GRANULE;
         break;
     }
 out:
     sl_mutex_unlock(&h->mu);
+    /* Pages never touched yet: map them in one call rather than a page
+     * fault each as the frame is written (a shared-memory page costs its
+     * zeroing either way; the faults' entries and exits are saved). Only
+     * what this block uses, so the heap costs what the frames in flight
+     * need, never its whole size. A kernel without MADV_POPULATE_WRITE
+     * (before 5.14) says EINVAL: the pages fault in as they are written. */
+    if (fresh_end > fresh)
+        (void)madvise(h->base + fresh * SL_SHM_HEAP_GRANULE,
+                      (fresh_end - fresh) * SL_SHM_HEAP_GRANULE, POPULATE_WRITE);
     return p;
 }
 
@@ -206,6 +232,8 @@ void sl_shm_heap_stats(sl_shm_heap_t *h, sl_shm_heap_stats_t *out)
                                  .used = h->used,
                                  .blocks = h->blocks,
                                  .allocs = h->allocs,
+                                 .high_water = h->top * SL_SHM_HEAP_GRANULE,
+                                 .peak = h->peak,
                                  .fallbacks = atomic_load(&h->fallbacks)};
     sl_mutex_unlock(&h->mu);
 }

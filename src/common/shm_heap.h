@@ -27,12 +27,15 @@
 typedef struct sl_shm_heap sl_shm_heap_t;
 
 typedef struct sl_shm_heap_stats {
-    uint64_t capacity;  /* bytes of the mapping */
-    uint64_t used;      /* bytes in live blocks (whole granules) */
-    uint64_t blocks;    /* live blocks */
-    uint64_t allocs;    /* blocks handed out, ever */
-    uint64_t fallbacks; /* frame allocator: allocations the heap could not take
-                           (full, or too large) that went to the fallback */
+    uint64_t capacity;   /* bytes of the mapping */
+    uint64_t used;       /* bytes in live blocks (whole granules) */
+    uint64_t blocks;     /* live blocks */
+    uint64_t allocs;     /* blocks handed out, ever */
+    uint64_t high_water; /* bytes from the start to the end of the highest block
+                            ever handed out: the part of the mapping touched */
+    uint64_t peak;       /* the most bytes in live blocks at once */
+    uint64_t fallbacks;  /* frame allocator: allocations the heap could not take
+                            (full, or too large) that went to the fallback */
 } sl_shm_heap_stats_t;
 
 /* A heap of bytes (rounded up to whole granules; at least one). name names

@@ -1,5 +1,6 @@
 /* The shared-memory frame heap (common/shm_heap.h): first fit and
- * coalescing, full -> NULL, blocks that never overlap under random
+ * coalescing, full -> NULL, the high-water mark and peak, pages mapped in
+ * when a block first reaches them and none beyond, blocks that never overlap under random
  * alloc/free (checked against a shadow map), the frame allocator's
  * fallback, and the memfd's seals as a reader sees them. */
 #include <criterion/criterion.h>
@@ -79,6 +80,63 @@ Test(shm_heap, first_fit_full_and_coalescing)
     cr_assert_null(sl_shm_heap_alloc(h, 8 * G + 1));
     sl_shm_heap_destroy(h);
     sl_shm_heap_destroy(NULL);
+}
+
+/* Resident pages of [p, p + n granules) of the mapping, from mincore. */
+static uint64_t resident(const void *p, uint64_t n)
+{
+    unsigned char v[64];
+    cr_assert_leq(n, sizeof v);
+    cr_assert_eq(mincore((void *)p, n * G, v), 0);
+    uint64_t r = 0;
+    for (uint64_t i = 0; i < n; i++)
+        r += v[i] & 1;
+    return r;
+}
+
+Test(shm_heap, high_water_peak_and_populate)
+{
+    /* does this kernel populate on request (Linux 5.14 on)? */
+    void *probe = mmap(NULL, G, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(probe, MAP_FAILED);
+#ifdef MADV_POPULATE_WRITE
+    bool populates = madvise(probe, G, MADV_POPULATE_WRITE) == 0;
+#else
+    bool populates = madvise(probe, G, 23) == 0;
+#endif
+    munmap(probe, G);
+    sl_shm_heap_t *h = heap(16 * G);
+    uint8_t *base = sl_shm_heap_alloc(h, 1); /* [0, 1): the mapping's start */
+    cr_assert_eq(off(h, base), 0);
+    sl_shm_heap_stats_t st;
+    sl_shm_heap_stats(h, &st);
+    cr_assert_eq(st.high_water, G);
+    cr_assert_eq(st.peak, G);
+    if (populates) cr_assert_eq(resident(base, 16), 1);
+    void *a = sl_shm_heap_alloc(h, 3 * G); /* [1, 4) */
+    cr_assert_eq(off(h, a), G);
+    if (populates) cr_assert_eq(resident(base, 16), 4, "the two blocks' pages mapped in, no more");
+    sl_shm_heap_free(h, a);
+    void *b = sl_shm_heap_alloc(h, 2 * G); /* [1, 3): below the high-water mark */
+    cr_assert_eq(off(h, b), G);
+    sl_shm_heap_stats(h, &st);
+    cr_assert_eq(st.high_water, 4 * G, "a freed block's room reused: no higher");
+    cr_assert_eq(st.peak, 4 * G);
+    cr_assert_eq(st.used, 3 * G);
+    void *c = sl_shm_heap_alloc(h, 4 * G); /* [3, 7): one granule below the mark, 3 above */
+    cr_assert_eq(off(h, c), 3 * G);
+    sl_shm_heap_stats(h, &st);
+    cr_assert_eq(st.high_water, 7 * G);
+    cr_assert_eq(st.peak, 7 * G);
+    if (populates) cr_assert_eq(resident(base, 16), 7);
+    sl_shm_heap_free(h, b);
+    sl_shm_heap_free(h, c);
+    sl_shm_heap_free(h, base);
+    sl_shm_heap_stats(h, &st);
+    cr_assert_eq(st.used, 0);
+    cr_assert_eq(st.high_water, 7 * G, "a mark, not a level");
+    cr_assert_eq(st.peak, 7 * G);
+    sl_shm_heap_destroy(h);
 }
 
 Test(shm_heap, bad_sizes)

@@ -209,14 +209,14 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
         (json_int_t)st.memory_peak);
     if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
     if (o)
-        json_object_set_new(o, "shm",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "capacity",
-                                      (json_int_t)st.shm_capacity, "used", (json_int_t)st.shm_used,
-                                      "batches", (json_int_t)st.server.shm_batches, "bytes",
-                                      (json_int_t)st.server.shm_bytes, "fallbacks",
-                                      (json_int_t)st.shm_fallbacks, "attached",
-                                      (json_int_t)st.server.shm_attached, "refused",
-                                      (json_int_t)st.server.shm_refused));
+        json_object_set_new(
+            o, "shm",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "capacity",
+                      (json_int_t)st.shm_capacity, "used", (json_int_t)st.shm_used, "high_water",
+                      (json_int_t)st.shm_high_water, "batches", (json_int_t)st.server.shm_batches,
+                      "bytes", (json_int_t)st.server.shm_bytes, "fallbacks",
+                      (json_int_t)st.shm_fallbacks, "attached", (json_int_t)st.server.shm_attached,
+                      "refused", (json_int_t)st.server.shm_refused));
     if (o && (st.records_read || st.records_bad))
         json_object_set_new(
             o, "kafka",

@@ -623,6 +623,7 @@ static sl_err_t read_table_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, ui
                                 sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
+    if (wk->cache_file) dpp_cache_copy_probe(w);
     bool write = wk->cache_file && wk->cache_mode == SL_WORKER_CACHE_WRITE && whole_split(wk);
     if (!wk->cache_file || wk->cache_mode != SL_WORKER_CACHE_READ)
         return compute_split(rd, wk, write ? wk->cache_file : NULL, t0, err);

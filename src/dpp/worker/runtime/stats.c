@@ -36,6 +36,8 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
         sl_shm_heap_stats_t hs;
         sl_shm_heap_stats(w->shm, &hs);
         out->shm_used = hs.used;
+        out->shm_high_water = hs.high_water;
+        out->shm_peak = hs.peak;
         out->shm_fallbacks = hs.fallbacks;
     }
     if (w->budget) {
@@ -99,9 +101,11 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
     if (st->shm_capacity)
         fprintf(out,
                 "  shared memory: %" PRIu64 " of the batches sent (%" PRIu64
-                " bytes) handed over in the heap of %" PRIu64 " bytes, %" PRIu64
+                " bytes) handed over in the heap of %" PRIu64 " bytes (%" PRIu64
+                " of them ever used, at most %" PRIu64 " at once), %" PRIu64
                 " connections attached, %" PRIu64 " frames made outside it (it was full)\n",
-                s->shm_batches, s->shm_bytes, st->shm_capacity, s->shm_attached, st->shm_fallbacks);
+                s->shm_batches, s->shm_bytes, st->shm_capacity, st->shm_high_water, st->shm_peak,
+                s->shm_attached, st->shm_fallbacks);
     if (st->records_read || st->records_bad)
         fprintf(out,
                 "  kafka records %" PRIu64 ", bad %" PRIu64

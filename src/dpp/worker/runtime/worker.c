@@ -227,27 +227,6 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-/* Picoseconds a byte takes to copy here, for the fused batches' share of
- * the autocache's compute time (dpp_worker_send): the best of 4 copies of
- * 4 MiB, pages faulted in first; 0 when out of memory (nothing taken off). */
-static uint64_t copy_ps_per_byte(const sl_allocator_t *a)
-{
-    const size_t n = 4u << 20;
-    uint8_t *buf = sl_alloc(a, 2 * n);
-    if (!buf) return 0;
-    memset(buf, 1, 2 * n);
-    uint64_t best = UINT64_MAX;
-    for (int i = 0; i < 4; i++) {
-        uint64_t t0 = sl_clock_ns();
-        memcpy(buf + n, buf, n);
-        uint64_t t = sl_clock_ns() - t0;
-        best = t < best ? t : best;
-        buf[(size_t)i] = buf[n + (size_t)i + 1]; /* the copy is read: not elided */
-    }
-    sl_free(a, buf, 2 * n);
-    return best * 1000 / n;
-}
-
 sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *opts,
                          sl_worker_t **out, sl_pipeline_problems_t *problems, sl_error_t *err)
 {
@@ -286,9 +265,6 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     w->o = o;
     w->source = o.source;
     w->master_mode = o.source.lease_live != NULL;
-    /* only a master reads the figures it is for (the autocache's) */
-    w->copy_ps_per_byte =
-        w->master_mode && !o.no_fused && job->num_transforms ? copy_ps_per_byte(a) : 0;
     w->listen_fd_owned = o.has_listen_fd;
     sl_mutex_init(&w->mu);
     snprintf(w->worker_id, sizeof w->worker_id, "%s", o.worker_id ? o.worker_id : "");

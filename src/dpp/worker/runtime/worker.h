@@ -186,9 +186,11 @@ typedef struct sl_worker_stats {
      * job's timestamp_range and label_range filters: never read. */
     uint64_t pq_row_groups, pq_row_groups_skipped, pq_rows_skipped;
     uint64_t memory_limit, memory_used, memory_peak;
-    /* the frame heap (all 0 without one): its size, bytes in use, and
-     * frames made on the ordinary heap because it was full */
-    uint64_t shm_capacity, shm_used, shm_fallbacks;
+    /* the frame heap (all 0 without one): its size, bytes in use, the
+     * part of it ever handed out (touched: a page fault a page), the
+     * most bytes in use at once, and frames made on the ordinary heap
+     * because it was full */
+    uint64_t shm_capacity, shm_used, shm_high_water, shm_peak, shm_fallbacks;
     sl_worker_server_stats_t server;
     bool finished; /* every batch produced and acknowledged */
 } sl_worker_stats_t;

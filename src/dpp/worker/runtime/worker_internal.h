@@ -66,11 +66,16 @@ struct sl_worker {
     uint32_t threads, started_threads;
     bool reader_started;
     atomic_bool stopping;
-    atomic_uint running;       /* transform threads still running */
-    bool master_mode;          /* the source leases splits (it has lease hooks) */
-    bool listen_fd_owned;      /* opts.listen_fd not yet handed to the server */
-    uint64_t copy_ps_per_byte; /* a plain copy's cost here (fused_transform_ns) */
-    sl_mutex_t mu;             /* guards st and failure */
+    atomic_uint running;  /* transform threads still running */
+    bool master_mode;     /* the source leases splits (it has lease hooks) */
+    bool listen_fd_owned; /* opts.listen_fd not yet handed to the server */
+    /* a plain copy's cost here (fused_transform_ns), measured by the
+     * reader thread before the first unit with a cache file (the autocache
+     * is the only reader of the figure: a worker without it never spends
+     * the probe's 8 MiB of fresh pages); 0 until then */
+    _Atomic uint64_t copy_ps_per_byte;
+    bool copy_probed; /* the reader thread's alone */
+    sl_mutex_t mu;    /* guards st and failure */
     sl_worker_stats_t st;
     sl_err_t fail_code;
     char fail_msg[SL_ERROR_MSG_MAX];
@@ -145,6 +150,12 @@ typedef sl_err_t (*dpp_cache_emit_fn)(void *ctx, sl_batch_t *batch,
  * or emit's error, SL_ERR_CLOSED (stopping), SL_ERR_NOMEM. */
 sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_emit_fn emit,
                          void *ctx, dpp_cache_rest_t *rest, sl_error_t *err);
+/* Before the first unit with a cache file (the reader thread's, once):
+ * measure what a plain copy costs here into w->copy_ps_per_byte, which
+ * the fused batches' share of the autocache's compute time leaves out
+ * (dpp_worker_send). Only for a fused job with transforms; a worker whose
+ * leases never carry a cache file never runs it. */
+void dpp_cache_copy_probe(sl_worker_t *w);
 /* The dedup figures of a batch served from a cache file, per job group
  * (ds[w->num_groups]): rows and unique rows of the batch's group of that
  * name, zero for a group the transforms consumed. */

@@ -217,7 +217,7 @@ sl_err_t dpp_worker_send(sl_worker_t *w, const sl_worker_server_item_t *it, uint
      * cached batch's encode pays too (the probe's hot copy would leave
      * part of it standing as compute: a cheap job chosen) */
     if (tm->fused && w->job->num_transforms) {
-        uint64_t copy = it->len * w->copy_ps_per_byte / 1000;
+        uint64_t copy = it->len * atomic_load(&w->copy_ps_per_byte) / 1000;
         w->st.fused_transform_ns += tm->encode_ns > copy ? tm->encode_ns - copy : 0;
     }
     w->st.backpressure_ns += tm->backpressure_ns;
