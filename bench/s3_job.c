@@ -20,13 +20,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* strcasestr */
 #endif
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
-#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +30,7 @@
 #include "bench_util.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/runtime/worker.h"
+#include "relay.h"
 #include "sluice/trainer.h"
 #include "store/store.h"
 
@@ -139,54 +134,23 @@ done:
     return status;
 }
 
-/* ---- the recording proxy: one request per connection ("Connection:
- * close" added, not a signed header), passed to the server; each GET's
- * path and Range noted ---- */
+/* ---- the recording proxy: the loopback relay of tests/relay.h (one
+ * request per connection, "Connection: close" added, not a signed header)
+ * with a hook that notes each GET's path and Range ---- */
 typedef struct rec {
-    int lfd;
+    tu_relay_t relay;
     uint16_t port, upstream;
-    pthread_t th;
-    atomic_bool stop;
     pthread_mutex_t mu;
     char **gets; /* "PATH\tRANGE" */
     size_t n, cap;
 } rec_t;
 
-typedef struct rec_conn {
-    rec_t *p;
-    int fd;
-} rec_conn_t;
-
-static bool send_all(int fd, const char *b, size_t n)
+static tu_relay_verdict_t rec_hook(void *ctx, int fd, const char *req, size_t head, size_t len)
 {
-    while (n > 0) {
-        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-        if (w <= 0) return false;
-        b += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-static void *rec_conn_main(void *arg)
-{
-    rec_conn_t *c = arg;
-    rec_t *p = c->p;
-    char req[65536], buf[65536];
-    size_t len = 0, head = 0;
-    for (;;) { /* the head only: the job's GETs, HEADs and listings have no body */
-        struct pollfd pfd = {c->fd, POLLIN, 0};
-        if (len + 1 >= sizeof req || poll(&pfd, 1, 10000) <= 0) goto out;
-        ssize_t r = recv(c->fd, req + len, sizeof req - 1 - len, 0);
-        if (r <= 0) goto out;
-        len += (size_t)r;
-        req[len] = '\0';
-        char *e = strstr(req, "\r\n\r\n");
-        if (e) {
-            head = (size_t)(e - req) + 4;
-            break;
-        }
-    }
+    (void)fd;
+    (void)head;
+    (void)len;
+    rec_t *p = ctx;
     if (strncmp(req, "GET ", 4) == 0 && strstr(req, "list-type=") == NULL) {
         const char *sp = strchr(req + 4, ' ');
         const char *rg = strcasestr(req, "\r\nRange: ");
@@ -206,44 +170,7 @@ static void *rec_conn_main(void *arg)
             pthread_mutex_unlock(&p->mu);
         }
     }
-    int u = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(p->upstream)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(u, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(u);
-        goto out;
-    }
-    bool ok = send_all(u, req, head - 2) && send_all(u, "Connection: close\r\n\r\n", 21) &&
-              send_all(u, req + head, len - head);
-    while (ok) {
-        struct pollfd pfd = {u, POLLIN, 0};
-        if (poll(&pfd, 1, 30000) <= 0) break;
-        ssize_t r = recv(u, buf, sizeof buf, 0);
-        if (r <= 0 || !send_all(c->fd, buf, (size_t)r)) break;
-    }
-    close(u);
-out:
-    close(c->fd);
-    free(c);
-    return NULL;
-}
-
-static void *rec_main(void *arg)
-{
-    rec_t *p = arg;
-    while (!atomic_load(&p->stop)) {
-        struct pollfd pfd = {p->lfd, POLLIN, 0};
-        if (poll(&pfd, 1, 50) <= 0) continue;
-        int fd = accept(p->lfd, NULL, NULL);
-        if (fd < 0) continue;
-        rec_conn_t *c = malloc(sizeof *c);
-        c->p = p;
-        c->fd = fd;
-        pthread_t t;
-        pthread_create(&t, NULL, rec_conn_main, c);
-        pthread_detach(t);
-    }
-    return NULL;
+    return TU_RELAY_PASS;
 }
 
 static int rec_start(rec_t *p, uint16_t upstream)
@@ -251,22 +178,14 @@ static int rec_start(rec_t *p, uint16_t upstream)
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->mu, NULL);
     p->upstream = upstream;
-    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof sa;
-    if (bind(p->lfd, (struct sockaddr *)&sa, sizeof sa) || listen(p->lfd, 256) ||
-        getsockname(p->lfd, (struct sockaddr *)&sa, &sl))
-        return 1;
-    p->port = ntohs(sa.sin_port);
-    return pthread_create(&p->th, NULL, rec_main, p);
+    if (tu_relay_start(&p->relay, upstream, rec_hook, p) != 0) return 1;
+    p->port = p->relay.port;
+    return 0;
 }
 
 static void rec_stop(rec_t *p)
 {
-    atomic_store(&p->stop, true);
-    pthread_join(p->th, NULL);
-    close(p->lfd);
+    tu_relay_stop(&p->relay);
 }
 
 /* A curl config file at path making every recorded GET against the

@@ -137,6 +137,39 @@ static void print_problems(const char *what, const sl_pipeline_problems_t *p)
         fprintf(stderr, "  %s\n", p->items[i]);
 }
 
+/* The summary's lines about the master: the lease client's counters (m)
+ * and the shared passes (served: batches and bytes the server sent to
+ * other jobs' trainers). job: the job served, or the one asked for. */
+static void print_master_summary(const char *master, const char *job,
+                                 const sl_worker_lease_client_stats_t *m, uint64_t served,
+                                 uint64_t served_bytes, const char *cache_dir)
+{
+    printf("  master %s, job %s: leases %" PRIu64 ", splits reported %" PRIu64 " (%" PRIu64
+           " done), revoked %" PRIu64 ", reconnects %" PRIu64 "%s\n",
+           master, m->job_id[0] ? m->job_id : job, m->leases, m->split_reads, m->splits_done,
+           m->revoked, m->reconnects, m->stop ? ", retired by the master" : "");
+    printf("  shared passes: %" PRIu64 " leases of other jobs, %" PRIu64
+           " batches served to them (%" PRIu64 " bytes), %" PRIu64 " detached, %" PRIu64
+           " released\n",
+           m->shared_leases, served, served_bytes, m->shares_detached, m->shares_released);
+    if (cache_dir)
+        printf("  cache directory %s: %" PRIu64 " files held (%" PRIu64 " bytes), %" PRIu64
+               " removed for room\n",
+               cache_dir, m->cache_files, m->cache_bytes, m->cache_evicted);
+}
+
+/* The summary of a worker that registered but never started its job (the
+ * master retired it, or a signal came first): all zeros, the same lines
+ * as every other worker's, so whoever reads its log finds them. */
+static void print_unstarted_summary(const sl_worker_opts_t *o, const char *master, const char *job,
+                                    const sl_worker_lease_client_stats_t *m, const char *cache_dir)
+{
+    sl_worker_stats_t st = {.memory_limit = o->memory_limit};
+    sl_worker_print_stats(&st, 0, stdout);
+    print_master_summary(master, job ? job : "-", m, 0, 0, cache_dir);
+    fflush(stdout);
+}
+
 int sl_cli_worker(int argc, char **argv)
 {
     worker_args_t args = {0};
@@ -200,6 +233,7 @@ int sl_cli_worker(int argc, char **argv)
     sl_worker_admin_t *admin = NULL;
     sl_worker_lease_prep_t prep = {.fd = -1};
     sl_worker_lease_client_t *msrc = NULL; /* owned by the worker once it starts */
+    sl_worker_lease_client_stats_t before = {0};
     sl_err_t rc;
     const char *what = master ? master : job_path;
     if (admin_addr) {
@@ -255,6 +289,8 @@ int sl_cli_worker(int argc, char **argv)
             int sig = sigtimedwait(&sigs, NULL, &ts);
             if (sig == SIGINT || sig == SIGTERM) {
                 printf("stopped by %s before any work\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+                sl_worker_lease_client_stats(prep.ms, &before);
+                print_unstarted_summary(&o, master, job_id, &before, args.cache_dir);
                 sl_worker_lease_prep_free(&prep);
                 sl_worker_admin_stop(admin);
                 sl_rpc_secret_free(secret);
@@ -263,6 +299,9 @@ int sl_cli_worker(int argc, char **argv)
             rc = SL_OK;
         }
         msrc = prep.ms;
+        /* what the summary says of a worker the master retires before it
+         * starts (its job ended without it) */
+        if (prep.ms) sl_worker_lease_client_stats(prep.ms, &before);
         if (rc == SL_OK)
             rc = sl_worker_lease_prep_start(&prep, &o, &job, &w, &problems, &err);
         else
@@ -285,6 +324,7 @@ int sl_cli_worker(int argc, char **argv)
             code = 2;
         } else if (rc == SL_ERR_CLOSED && master) {
             printf("the master has no work for this worker: %s\n", err.msg);
+            print_unstarted_summary(&o, master, job_id, &before, args.cache_dir);
             code = 0;
         } else {
             fprintf(stderr, "sluice worker: %s\n", err.msg);
@@ -351,19 +391,8 @@ int sl_cli_worker(int argc, char **argv)
     if (msrc) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(msrc, &m);
-        printf("  master %s, job %s: leases %" PRIu64 ", splits reported %" PRIu64 " (%" PRIu64
-               " done), revoked %" PRIu64 ", reconnects %" PRIu64 "%s\n",
-               master, m.job_id, m.leases, m.split_reads, m.splits_done, m.revoked, m.reconnects,
-               m.stop ? ", retired by the master" : "");
-        printf("  shared passes: %" PRIu64 " leases of other jobs, %" PRIu64
-               " batches served to them (%" PRIu64 " bytes), %" PRIu64 " detached, %" PRIu64
-               " released\n",
-               m.shared_leases, st.server.shared_batches, st.server.shared_bytes, m.shares_detached,
-               m.shares_released);
-        if (args.cache_dir)
-            printf("  cache directory %s: %" PRIu64 " files held (%" PRIu64 " bytes), %" PRIu64
-                   " removed for room\n",
-                   args.cache_dir, m.cache_files, m.cache_bytes, m.cache_evicted);
+        print_master_summary(master, sl_worker_job_id(w), &m, st.server.shared_batches,
+                             st.server.shared_bytes, args.cache_dir);
     }
     fflush(stdout);
     sl_worker_destroy(w);

@@ -307,8 +307,9 @@ const sl_metric_def_t sl_metric_defs[SL_M_COUNT] = {
                                   "Frame bytes received from workers (payloads and headers)."},
     [SL_M_TRAINER_WAIT_SECONDS_TOTAL] = {"sluice_trainer_wait_seconds_total", "counter",
                                          "job, client, rank",
-                                         "Time sl_trainer_next spent waiting for a batch (a data "
-                                         "stall when it grows as fast as the clock)."},
+                                         "Time sl_trainer_next spent waiting for a batch, the "
+                                         "call in progress included (a data stall when it grows "
+                                         "as fast as the clock)."},
     [SL_M_TRAINER_RECONNECTS_TOTAL] =
         {"sluice_trainer_reconnects_total", "counter", "job, client, rank",
          "Connections re-established to workers and (master mode) to the master."},

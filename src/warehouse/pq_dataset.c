@@ -222,6 +222,31 @@ static int by_rel(const void *x, const void *y)
     return strcmp(((const ds_file_t *)x)->rel, ((const ds_file_t *)y)->rel);
 }
 
+/* The dataset's columns and mapping from the first file whose footer reads.
+ * A file that became unreadable after the job was planned (truncated,
+ * deleted, replaced, its reads failing past the store's retries) must not
+ * stop a worker from serving the other files: its splits fail when they
+ * are read, naming it (SPLIT_FAILED), and the master's on_bad_split
+ * applies. Its error stands when no file reads, or when the mapping itself
+ * is refused (SL_ERR_INVALID: the same for every file) or memory ran out. */
+static sl_err_t open_columns(sl_wh_pqds_t *ds, const sl_wh_colmap_t *mapping,
+                             sl_wh_colmap_problem_fn problem, void *ctx, sl_error_t *err)
+{
+    sl_err_t rc = SL_OK;
+    for (uint32_t i = 0; i < ds->num_files; i++) {
+        sl_error_t e = {0};
+        sl_err_t frc = imp_pq_open_store(ds->store, ds->files[i].full, mapping, ds->a, problem, ctx,
+                                         &ds->pq, i == 0 ? err : &e);
+        if (frc == SL_OK) return SL_OK;
+        if (i == 0) rc = frc;
+        if (frc == SL_ERR_INVALID || frc == SL_ERR_NOMEM) {
+            if (i > 0) *err = e;
+            return frc;
+        }
+    }
+    return rc;
+}
+
 sl_err_t sl_wh_pqds_open(const char *path, const sl_wh_colmap_t *mapping, const char *partitions,
                          const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
                          sl_wh_pqds_t **out, sl_error_t *err)
@@ -267,9 +292,7 @@ sl_err_t sl_wh_pqds_open(const char *path, const sl_wh_colmap_t *mapping, const 
     if (rc == SL_OK && ds->num_files == 0)
         rc = sl_error_set(err, SL_ERR_NOT_FOUND, "Parquet dataset %s: no .parquet file%s", path,
                           partitions && *partitions ? " passes the partition filter" : "");
-    if (rc == SL_OK)
-        rc =
-            imp_pq_open_store(ds->store, ds->files[0].full, mapping, a, problem, ctx, &ds->pq, err);
+    if (rc == SL_OK) rc = open_columns(ds, mapping, problem, ctx, err);
     if (rc != SL_OK) {
         sl_wh_pqds_destroy(ds);
         return rc;

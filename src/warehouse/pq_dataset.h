@@ -4,8 +4,9 @@
  *
  *   sl_wh_pqds_open      list the files (sorted by path), keep those whose
  *                        Hive keys pass the partition filter, read the
- *                        first footer and resolve the column mapping
- *                        against its columns: the job's schema
+ *                        first footer that reads (an unreadable file's
+ *                        splits fail when read) and resolve the column
+ *                        mapping against its columns: the job's schema
  *   sl_wh_pqds_plan      read every footer and cut splits: a split is a
  *                        row group, or consecutive row groups of one file
  *                        up to split_rows rows; row groups whose min/max
@@ -44,7 +45,9 @@ typedef struct sl_wh_pqds sl_wh_pqds_t;
  * partitions: a filter on the Hive keys (sl_wh_filter_parse syntax; NULL:
  * every file). Mapping problems go to problem (their JSON paths as the
  * mapping was parsed) and the return is SL_ERR_INVALID; a dataset with no
- * file is SL_ERR_NOT_FOUND; a bad footer SL_ERR_CORRUPT naming the file.
+ * file is SL_ERR_NOT_FOUND; the columns come from the first file whose
+ * footer reads, and when none does the first file's error is returned
+ * (a bad footer SL_ERR_CORRUPT naming the file).
  * Caller owns *out, free with sl_wh_pqds_destroy. */
 sl_err_t sl_wh_pqds_open(const char *path, const sl_wh_colmap_t *mapping, const char *partitions,
                          const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,

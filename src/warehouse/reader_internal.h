@@ -1,5 +1,6 @@
-/* Private to the data file reader (reader.c) and its read-ahead
- * (reader_ahead.c): the reader's state. */
+/* Private to the data file reader (reader.c), its stripe decode
+ * (reader_stripe.c) and its read-ahead (reader_ahead.c): the reader's
+ * state. */
 #ifndef SLUICE_WH_READER_INTERNAL_H
 #define SLUICE_WH_READER_INTERNAL_H
 
@@ -52,6 +53,12 @@ struct sl_wh_reader {
     sl_wh_read_stats_t stats;
     uint64_t data_bytes;
 };
+
+/* reader_stripe.c: fetch stripe s's projected streams (charging the read
+ * buffer to r->mem, given back by the caller) and decode them into the
+ * reader's output tensors; *rows borrowed until the next stripe. */
+sl_err_t wh_reader_decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t **rows,
+                                 sl_error_t *err);
 
 /* The need flags (need[streams of stripe s]) of the projection. */
 void wh_reader_stripe_need(const sl_wh_reader_t *r, uint32_t s, uint8_t *need);

@@ -2,7 +2,8 @@
  * fingerprint of each job in GET /jobs and /jobs/{id} (equal for the same
  * plan written differently, different for another seed), which jobs share
  * it ("share": false opts out), the metrics, and the fingerprint kept
- * across a master restart. */
+ * across a master restart; a worker retired before it starts prints its
+ * summary. */
 #include "fleet_util.h"
 
 #include <inttypes.h>
@@ -478,4 +479,54 @@ Test(fleet_share, one_jobs_trainer_killed_the_other_unaffected, .timeout = 240)
 Test(fleet_share, a_job_whose_copies_fill_a_quarter_of_the_memory_stops_sharing, .timeout = 240)
 {
     killed_mid_epoch("1000", "2M");
+}
+
+/* A worker the master retires before it starts (its job ended without it,
+ * as a's does when b's worker read all of a's splits in shared passes)
+ * still prints its summary, all zeros, and exits 0: every registered
+ * worker's log has the same lines. */
+Test(fleet_share, a_worker_retired_before_it_starts_prints_its_summary)
+{
+    char table[300], log[2][300];
+    fu_gen(2000, 1000, 2, table, sizeof table);
+    fu_master_t m = {.lease_timeout_ms = 2000};
+    fu_master_start(&m);
+    char *job = share_job(&m, table, "z", 7, "");
+    snprintf(log[0], sizeof log[0], "%s/worker-z1.log", fu_dir);
+    snprintf(log[1], sizeof log[1], "%s/worker-z2.log", fu_dir);
+    pid_t w = fu_worker_spawn(m.ctl, job, "w-z1", log[0]);
+    atomic_uint *seen = calloc(EPOCHS * 2000, sizeof *seen);
+    fu_client_t c;
+    pthread_t th;
+    fu_client_t proto = {.master = m.ctl, .job = job, .rows = 2000, .epochs = EPOCHS, .seen = seen};
+    fu_clients_start(&c, &th, 1, &proto);
+    fu_clients_join(&c, &th, 1);
+    fu_assert_once_per_epoch(seen, 2000, EPOCHS);
+    cr_assert(fu_job_finished(&m, job));
+    wait_exit(w, log[0]);
+    cr_assert_eq(worker_summary(log[0]).rows_read, 2000 * EPOCHS);
+    /* the job is over: the next worker of it is retired before it starts */
+    w = fu_worker_spawn(m.ctl, job, "w-z2", log[1]);
+    int ws = fu_wait_exit(w, 30);
+    cr_assert(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "status %d; see %s", ws, log[1]);
+    summary_t s = worker_summary(log[1]);
+    cr_assert_eq(s.rows_read, 0);
+    cr_assert_eq(s.shared_leases, 0);
+    cr_assert_eq(s.shared_batches, 0);
+    char *text = tu_read_file(log[1]);
+    char want[300];
+    snprintf(want, sizeof want,
+             "the master has no work for this worker: master %s: no more work for this worker\n"
+             "worker summary\n  splits 0, stripes 0, rows read 0,",
+             m.ctl);
+    cr_assert(strstr(text, want) != NULL, "'%s' lacks '%s'", text, want);
+    snprintf(want, sizeof want,
+             "  master %s, job z: leases 0, splits reported 0 (0 done), revoked 0, reconnects 0, "
+             "retired by the master\n",
+             m.ctl);
+    cr_assert(strstr(text, want) != NULL, "'%s' lacks '%s'", text, want);
+    free(text);
+    free(seen);
+    free(job);
+    fu_master_stop(&m, SIGTERM);
 }

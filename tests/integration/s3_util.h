@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "relay.h"
 #include "testutil.h"
 
 #define SU_SKIP 77
@@ -134,24 +135,21 @@ SU_FN int su_main(int argc, char *argv[])
 
 /* ---- the fault-injecting proxy ----
  *
- * Listens on loopback; each client connection carries one request, which
- * the proxy answers according to its plan, in this order: the next
- * `resets` requests get a TCP reset (RST) once read; the next `slowdowns`
- * a 503 SlowDown with S3's error XML (forever with `slowdown_all`); the
- * next `delays` are held delay_ms before being passed on. Any other is
- * passed to the upstream server with "Connection: close" added (not a
- * signed header, so the signature still holds) and its answer relayed
- * until the server closes. Every request is counted. A plan function,
- * when set, decides instead (under the proxy's lock, from the request's
- * head: its request line and headers): 0 pass, 1 reset, 2 SlowDown, 3
- * delay. */
+ * The loopback relay of relay.h in front of the server, with a hook:
+ * each client connection carries one request, which the proxy answers
+ * according to its plan, in this order: the next `resets` requests get a
+ * TCP reset (RST) once read; the next `slowdowns` a 503 SlowDown with S3's
+ * error XML (forever with `slowdown_all`); the next `delays` are held
+ * delay_ms before being passed on. Any other is passed to the upstream
+ * server (the relay adds "Connection: close") and its answer relayed until
+ * the server closes. Every request is counted. A plan function, when set,
+ * decides instead (under the proxy's lock, from the request's head: its
+ * request line and headers): 0 pass, 1 reset, 2 SlowDown, 3 delay. */
 typedef struct su_proxy su_proxy_t;
 typedef int (*su_plan_fn)(su_proxy_t *p, const char *head, size_t len);
 struct su_proxy {
-    int lfd;
-    uint16_t port, upstream;
-    pthread_t th;
-    atomic_bool stop;
+    tu_relay_t relay;
+    uint16_t port; /* where it listens (the relay's) */
     pthread_mutex_t mu;
     int resets, slowdowns, delays;
     bool slowdown_all;
@@ -162,47 +160,10 @@ struct su_proxy {
     void *plan_arg;
 };
 
-typedef struct su_conn {
-    su_proxy_t *p;
-    int fd;
-} su_conn_t;
-
-SU_FN bool su_write_all(int fd, const char *b, size_t n)
+SU_FN tu_relay_verdict_t su_proxy_hook(void *ctx, int fd, const char *req, size_t head, size_t len)
 {
-    while (n > 0) {
-        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-        if (w <= 0) return false;
-        b += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-SU_FN void *su_conn_main(void *arg)
-{
-    su_conn_t *c = arg;
-    su_proxy_t *p = c->p;
-    /* Read the request: headers, then Content-Length bytes of body. */
-    size_t cap = 1 << 16, len = 0;
-    char *req = malloc(cap);
-    size_t head = 0, body = 0;
-    for (;;) {
-        if (len == cap) req = realloc(req, cap *= 2);
-        struct pollfd pfd = {c->fd, POLLIN, 0};
-        if (poll(&pfd, 1, 10000) <= 0) goto out;
-        ssize_t r = recv(c->fd, req + len, cap - len, 0);
-        if (r <= 0) goto out;
-        len += (size_t)r;
-        if (head == 0) {
-            req[len < cap ? len : cap - 1] = '\0';
-            char *e = memmem(req, len, "\r\n\r\n", 4);
-            if (e == NULL) continue;
-            head = (size_t)(e - req) + 4;
-            for (char *h = req; h < e; h = strstr(h, "\r\n") + 2)
-                if (strncasecmp(h, "Content-Length:", 15) == 0) body = strtoull(h + 15, NULL, 10);
-        }
-        if (len >= head + body) break;
-    }
+    (void)len;
+    su_proxy_t *p = ctx;
     pthread_mutex_lock(&p->mu);
     p->requests++;
     int fault = 0; /* 1 reset, 2 slowdown, 3 delay */
@@ -221,8 +182,8 @@ SU_FN void *su_conn_main(void *arg)
     pthread_mutex_unlock(&p->mu);
     if (fault == 1) {
         struct linger lg = {1, 0}; /* close with RST */
-        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-        goto out;
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        return TU_RELAY_HANDLED;
     }
     if (fault == 2) {
         static const char xml[] = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>"
@@ -233,75 +194,26 @@ SU_FN void *su_conn_main(void *arg)
                          "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
                          "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                          sizeof xml - 1);
-        su_write_all(c->fd, hdr, (size_t)n);
-        su_write_all(c->fd, xml, sizeof xml - 1);
-        goto out;
+        tu_relay_send_all(fd, hdr, (size_t)n);
+        tu_relay_send_all(fd, xml, sizeof xml - 1);
+        return TU_RELAY_HANDLED;
     }
     if (fault == 3) usleep(delay * 1000u);
-    int u = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(p->upstream)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(u, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(u);
-        goto out;
-    }
-    /* The headers, "Connection: close", the blank line and the body. */
-    bool ok = su_write_all(u, req, head - 2) && su_write_all(u, "Connection: close\r\n\r\n", 21) &&
-              su_write_all(u, req + head, len - head);
-    char buf[65536];
-    while (ok) {
-        struct pollfd pfd = {u, POLLIN, 0};
-        if (poll(&pfd, 1, 30000) <= 0) break;
-        ssize_t r = recv(u, buf, sizeof buf, 0);
-        if (r <= 0 || !su_write_all(c->fd, buf, (size_t)r)) break;
-    }
-    close(u);
-out:
-    free(req);
-    close(c->fd);
-    free(c);
-    return NULL;
-}
-
-SU_FN void *su_proxy_main(void *arg)
-{
-    su_proxy_t *p = arg;
-    while (!atomic_load(&p->stop)) {
-        struct pollfd pfd = {p->lfd, POLLIN, 0};
-        if (poll(&pfd, 1, 50) <= 0) continue;
-        int fd = accept(p->lfd, NULL, NULL);
-        if (fd < 0) continue;
-        su_conn_t *c = malloc(sizeof *c);
-        c->p = p;
-        c->fd = fd;
-        pthread_t t;
-        pthread_create(&t, NULL, su_conn_main, c);
-        pthread_detach(t);
-    }
-    return NULL;
+    return TU_RELAY_PASS;
 }
 
 SU_FN void su_proxy_start(su_proxy_t *p, uint16_t upstream)
 {
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->mu, NULL);
-    p->upstream = upstream;
-    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(bind(p->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
-    cr_assert_eq(listen(p->lfd, 64), 0);
-    socklen_t sl = sizeof sa;
-    getsockname(p->lfd, (struct sockaddr *)&sa, &sl);
-    p->port = ntohs(sa.sin_port);
-    pthread_create(&p->th, NULL, su_proxy_main, p);
+    cr_assert_eq(tu_relay_start(&p->relay, upstream, su_proxy_hook, p), 0, "relay: %s",
+                 strerror(errno));
+    p->port = p->relay.port;
 }
 
 SU_FN void su_proxy_stop(su_proxy_t *p)
 {
-    atomic_store(&p->stop, true);
-    pthread_join(p->th, NULL);
-    close(p->lfd);
+    tu_relay_stop(&p->relay);
 }
 
 SU_FN int su_proxy_count(su_proxy_t *p, int *faults)

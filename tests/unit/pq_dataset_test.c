@@ -3,13 +3,15 @@
  * Hive folders and the partition filter, splits merged up to split_rows,
  * rows [from, to) of a split equal to the same rows of a whole read (a
  * todo range that starts mid-split skips the row groups before it),
- * statistics skipping counted, a mapping problem and a missing dataset. */
+ * statistics skipping counted, a first file that no longer reads passed
+ * over for the columns, a mapping problem and a missing dataset. */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "testutil.h"
 #include "warehouse/pq_dataset.h"
@@ -176,5 +178,52 @@ Test(pq_dataset, refusals)
     cr_assert_eq(sl_wh_pqds_open(path, NULL, "ds>2027-01-01", NULL, NULL, NULL, &ds, &err),
                  SL_ERR_NOT_FOUND);
     cr_assert(strstr(err.msg, "passes the partition filter") != NULL, "%s", err.msg);
+    cr_assert_null(ds);
+}
+
+/* The first file's footer no longer reads (truncated): the columns come
+ * from the next file, the plan and a read of the broken file's split name
+ * it; when no file reads, the first file's error stands. */
+Test(pq_dataset, an_unreadable_first_file_is_passed_over_for_the_columns)
+{
+    char path[4096], want[4200];
+    snprintf(path, sizeof path, "%s/ds/ds=2026-11-01/part-0.parquet", dir);
+    sl_wh_pqds_t *planned = open_ds("ds", NULL);
+    sl_wh_splits_t *sp = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_pqds_plan(planned, 32, NULL, 0, &sp, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sp->count, 4);
+    cr_assert_eq(truncate(path, 100), 0);
+    sl_wh_pqds_t *ds = open_ds("ds", NULL);
+    cr_assert_eq(sl_wh_pqds_num_files(ds), 2);
+    cr_assert_eq(sl_wh_pqds_mapping(ds)->num_slots, sl_wh_pqds_mapping(planned)->num_slots);
+    sl_wh_pqds_reader_t *r = NULL;
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, NULL, 0, &r, &err), SL_OK, "%s", err.msg);
+    ids_t got = {0};
+    snprintf(want, sizeof want, "file %s: not Parquet (wrong magic", path);
+    cr_assert_eq(sl_wh_pqds_read(r, &sp->items[0], 0, 32, collect, &got, &err), SL_ERR_CORRUPT);
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0, "%s", err.msg);
+    cr_assert_eq(got.n, 0);
+    /* the other file's splits read as planned: its 40 rows */
+    cr_assert_eq(sl_wh_pqds_read(r, &sp->items[2], 0, 32, collect, &got, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(sl_wh_pqds_read(r, &sp->items[3], 0, 8, collect, &got, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(got.n, 40);
+    sl_wh_pqds_reader_destroy(r);
+    sl_wh_splits_t *again = NULL;
+    cr_assert_eq(sl_wh_pqds_plan(ds, 32, NULL, 0, &again, NULL, &err), SL_ERR_CORRUPT);
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0, "%s", err.msg);
+    cr_assert_null(again);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(planned);
+    /* no file reads */
+    snprintf(want, sizeof want, "%s/ds/ds=2026-11-02/part-0.parquet", dir);
+    cr_assert_eq(truncate(want, 0), 0);
+    snprintf(want, sizeof want, "file %s: ", path);
+    snprintf(path, sizeof path, "%s/ds", dir);
+    cr_assert_eq(sl_wh_pqds_open(path, NULL, NULL, NULL, NULL, NULL, &ds, &err), SL_ERR_CORRUPT);
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0, "%s", err.msg);
     cr_assert_null(ds);
 }

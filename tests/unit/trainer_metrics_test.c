@@ -5,7 +5,8 @@
  * commits, against trainer_master_fakes.h); wrong paths and methods get
  * 404 / 405, garbage gets no answer that stops the server; a connection
  * that trickles its request is closed by the timeout while scrapes go on;
- * connections beyond the cap are refused; off by default, on from
+ * connections beyond the cap are refused; the wait of a call in progress
+ * rises while it waits; off by default, on from
  * $SLUICE_TRAINER_METRICS, a bad address fails connect. */
 #include <criterion/criterion.h>
 
@@ -13,6 +14,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -417,6 +419,84 @@ Test(trainer_metrics, wrong_paths_and_methods_are_refused)
     reply_t r = request(port, NULL, "/metrics");
     cr_assert_eq(r.status, 200);
     free(r.body);
+    close_silent(&w, t);
+}
+
+/* ---- a call in progress ---- */
+
+typedef struct blocked {
+    sl_trainer_t *t;
+    int timeout_ms;
+    _Atomic double began, ended; /* now_s() before and after the call */
+    sl_err_t rc;
+} blocked_t;
+
+static void *call_next(void *arg)
+{
+    blocked_t *c = arg;
+    sl_batch_t *b = NULL;
+    sl_error_t err = {0};
+    atomic_store(&c->began, now_s());
+    c->rc = sl_trainer_next(c->t, c->timeout_ms, &b, &err);
+    atomic_store(&c->ended, now_s());
+    return NULL;
+}
+
+/* The wait of one scrape, with when it was asked [*at, *done]. */
+static double scrape_wait(uint16_t port, double *at, double *done)
+{
+    *at = now_s();
+    reply_t r = request(port, NULL, "/metrics");
+    *done = now_s();
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    exposition_t e;
+    parse(r.body, &e);
+    free(r.body);
+    return find(&e, "sluice_trainer_wait_seconds_total")->value;
+}
+
+/* A trainer blocked in sl_trainer_next (a worker that sends nothing)
+ * shows the wait while it lasts: two scrapes during the call differ by at
+ * least the time between them and neither exceeds the call's age; once
+ * the call ended, the text is sl_trainer_stats' wait to the digit, and no
+ * less than what the scrapes showed. */
+Test(trainer_metrics, a_blocked_call_waits_on_the_metrics_while_it_waits)
+{
+    static fake_worker_t w;
+    sl_trainer_t *t = silent_client(&w, "127.0.0.1:0");
+    uint16_t port = sl_trainer_metrics_port(t);
+    double a0, a1, b0, b1, c0, c1;
+    cr_assert_eq(scrape_wait(port, &a0, &a1), 0);
+    blocked_t c = {.t = t, .timeout_ms = (int)(tu_timeout(3) * 1000)};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, call_next, &c), 0);
+    double deadline = now_s() + tu_timeout(10);
+    while (atomic_load(&c.began) == 0) {
+        cr_assert_lt(now_s(), deadline, "the call did not begin");
+        usleep(1000);
+    }
+    double began = atomic_load(&c.began);
+    usleep(200 * 1000);
+    double v1 = scrape_wait(port, &a0, &a1);
+    usleep(300 * 1000);
+    double v2 = scrape_wait(port, &b0, &b1);
+    cr_assert_eq(atomic_load(&c.ended), 0, "the call ended before the second scrape was answered");
+    cr_assert_gt(v1, 0, "no wait while blocked: %.9f", v1);
+    cr_assert_leq(v1, a1 - began, "%.9f s after a call of at most %.9f s", v1, a1 - began);
+    cr_assert_leq(v2, b1 - began, "%.9f s after a call of at most %.9f s", v2, b1 - began);
+    /* one call, one start: the wait rose as the clock did between them
+     * (1 us of rounding in the text's seconds) */
+    cr_assert_geq(v2 - v1 + 1e-6, b0 - a1, "rose %.9f s in %.9f s", v2 - v1, b0 - a1);
+    pthread_join(th, NULL);
+    cr_assert_eq(c.rc, SL_ERR_TIMEOUT);
+    sl_trainer_stats_t st;
+    sl_trainer_stats(t, &st);
+    double v3 = scrape_wait(port, &c0, &c1);
+    cr_assert_eq(v3, (double)st.wait_ns / 1e9, "%.9f, sl_trainer_stats %.9f", v3,
+                 (double)st.wait_ns / 1e9);
+    cr_assert_geq(v3, v2);
+    cr_assert_geq((double)st.wait_ns / 1e9, c.timeout_ms / 1e3);
+    cr_assert_leq((double)st.wait_ns / 1e9, atomic_load(&c.ended) - began);
     close_silent(&w, t);
 }
 
