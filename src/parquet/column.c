@@ -286,7 +286,7 @@ static sl_err_t read_page_header(sl_pq_reader_t *r, page_header_t *h, size_t *hl
     uint64_t avail = r->end - r->pos;
     size_t win = avail < 256 ? (size_t)avail : 256;
     for (;;) {
-        if (!sl_pq_buf_reserve(r->a, &r->hdr, win))
+        if (!sl_pq_buf_fit(r->a, &r->hdr, win))
             return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
         TRY(r->f->src.read_at(r->f->src.ctx, r->pos, win, r->hdr.p, err));
         sl_pq_thrift_t t;
@@ -306,8 +306,11 @@ static sl_err_t read_page_header(sl_pq_reader_t *r, page_header_t *h, size_t *hl
     }
 }
 
+/* The ulen bytes of a page stored as [src, src + slen), decompressed into
+ * the buffer into (grown, its contents not kept); *out: where they are
+ * (src itself when the chunk is not compressed). */
 static sl_err_t decompress(sl_pq_reader_t *r, const uint8_t *src, size_t slen, size_t ulen,
-                           const uint8_t **out, sl_error_t *err)
+                           sl_pq_buf_t *into, const uint8_t **out, sl_error_t *err)
 {
     int codec = r->ch->codec;
     if (codec == SL_PQ_UNCOMPRESSED) {
@@ -317,9 +320,9 @@ static sl_err_t decompress(sl_pq_reader_t *r, const uint8_t *src, size_t slen, s
         *out = src;
         return SL_OK;
     }
-    if (!sl_pq_buf_reserve(r->a, &r->ubuf, ulen ? ulen : 1))
+    if (!sl_pq_buf_fit(r->a, into, ulen ? ulen : 1))
         return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a page of %zu bytes", ulen);
-    uint8_t *dst = r->ubuf.p;
+    uint8_t *dst = into->p;
     *out = dst;
     const char *name = sl_pq_codec_name(codec);
     switch (codec) {
@@ -439,7 +442,7 @@ static sl_err_t load_page(sl_pq_reader_t *r, bool *done, sl_error_t *err)
             r->scratch != NULL && (h.type == DICTIONARY_PAGE ||
                                    (h.type == DATA_PAGE && r->ch->codec != SL_PQ_UNCOMPRESSED));
         sl_pq_buf_t *into = once ? &r->scratch->page : &r->cbuf;
-        if (!sl_pq_buf_reserve(once ? r->scratch->a : r->a, into, h.csize ? (size_t)h.csize : 1)) {
+        if (!sl_pq_buf_fit(once ? r->scratch->a : r->a, into, h.csize ? (size_t)h.csize : 1)) {
             sl_error_set(err, SL_ERR_NOMEM, "out of memory for a page of %d bytes", h.csize);
             return where(r, err);
         }
@@ -471,7 +474,19 @@ static sl_err_t load_page(sl_pq_reader_t *r, bool *done, sl_error_t *err)
                              sl_pq_encoding_name(h.encoding));
                 return where(r, err);
             }
-            if (decompress(r, page, (size_t)h.csize, (size_t)h.usize, &data, err) != SL_OK ||
+            /* A dictionary whose PLAIN bytes are its decoded entries
+             * (INT64, FLOAT, DOUBLE) is decompressed straight into the
+             * dictionary's buffer and read there: no copy, and no second
+             * buffer of its size first touched. */
+            if (r->ch->codec != SL_PQ_UNCOMPRESSED && sl_pq_dict_in_place(r->c)) {
+                if (decompress(r, page, (size_t)h.csize, (size_t)h.usize, &r->dict_vals, &data,
+                               err) != SL_OK ||
+                    sl_pq_dict_set(r, (size_t)h.usize, (uint32_t)h.num_values, err) != SL_OK)
+                    return where(r, err);
+                continue;
+            }
+            if (decompress(r, page, (size_t)h.csize, (size_t)h.usize, &r->ubuf, &data, err) !=
+                    SL_OK ||
                 sl_pq_dict_load(r, data, (size_t)h.usize, (uint32_t)h.num_values, err) != SL_OK)
                 return where(r, err);
             continue;
@@ -480,7 +495,8 @@ static sl_err_t load_page(sl_pq_reader_t *r, bool *done, sl_error_t *err)
                  rw = sl_pq_bit_width((unsigned)r->c->max_rep);
         const uint8_t *p, *end;
         if (h.type == DATA_PAGE) {
-            if (decompress(r, page, (size_t)h.csize, (size_t)h.usize, &data, err) != SL_OK)
+            if (decompress(r, page, (size_t)h.csize, (size_t)h.usize, &r->ubuf, &data, err) !=
+                SL_OK)
                 return where(r, err);
             p = data;
             end = data + h.usize;
@@ -503,7 +519,8 @@ static sl_err_t load_page(sl_pq_reader_t *r, bool *done, sl_error_t *err)
             sl_pq_rle_init(&r->def, page + h.rep_len, (size_t)h.def_len, dw);
             size_t ulen = (size_t)h.usize - lv;
             if (h.compressed) {
-                if (decompress(r, page + lv, (size_t)h.csize - lv, ulen, &data, err) != SL_OK)
+                if (decompress(r, page + lv, (size_t)h.csize - lv, ulen, &r->ubuf, &data, err) !=
+                    SL_OK)
                     return where(r, err);
             } else {
                 if ((size_t)h.csize - lv != ulen) {

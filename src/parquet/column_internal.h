@@ -78,6 +78,9 @@ struct sl_pq_reader {
 /* Grow buf to at least n bytes (contents kept). @return false when out of
  * memory. */
 bool sl_pq_buf_reserve(const sl_allocator_t *a, sl_pq_buf_t *buf, size_t n);
+/* The same for a buffer about to be overwritten: its contents are not
+ * copied (a page's bytes, a dictionary), only its room grown. */
+bool sl_pq_buf_fit(const sl_allocator_t *a, sl_pq_buf_t *buf, size_t n);
 
 /* values.c: set up the value decoder of the page whose values section is
  * [p, p + len) and whose header said num_values levels. */
@@ -89,6 +92,13 @@ sl_err_t sl_pq_values_get(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t
 /* Decode a PLAIN dictionary page of n entries from [p, p + len). */
 sl_err_t sl_pq_dict_load(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32_t n,
                          sl_error_t *err);
+/* Whether c's PLAIN dictionary bytes are its decoded entries (INT64,
+ * FLOAT, DOUBLE on a little-endian machine): decompressed straight into
+ * r->dict_vals, then taken by sl_pq_dict_set. */
+bool sl_pq_dict_in_place(const sl_pq_column_t *c);
+/* The n entries of a PLAIN dictionary page of len bytes already in
+ * r->dict_vals (sl_pq_dict_in_place). */
+sl_err_t sl_pq_dict_set(sl_pq_reader_t *r, size_t len, uint32_t n, sl_error_t *err);
 /* Room for n more bytes of output. */
 sl_err_t sl_pq_bytes_reserve(sl_pq_reader_t *r, size_t n, sl_error_t *err);
 

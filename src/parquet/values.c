@@ -31,6 +31,19 @@ bool sl_pq_buf_reserve(const sl_allocator_t *a, sl_pq_buf_t *buf, size_t n)
     return true;
 }
 
+bool sl_pq_buf_fit(const sl_allocator_t *a, sl_pq_buf_t *buf, size_t n)
+{
+    if (n <= buf->cap) return true;
+    size_t cap = buf->cap ? buf->cap : 256;
+    while (cap < n)
+        cap = cap > SIZE_MAX / 2 ? n : cap * 2;
+    /* freed first: the allocator may hand the same pages back */
+    sl_free(a, buf->p, buf->cap);
+    buf->p = sl_alloc(a, cap);
+    buf->cap = buf->p != NULL ? cap : 0;
+    return buf->p != NULL;
+}
+
 sl_err_t sl_pq_bytes_reserve(sl_pq_reader_t *r, size_t n, sl_error_t *err)
 {
     if (n > SIZE_MAX - r->bytes_len)
@@ -111,6 +124,17 @@ static sl_err_t put_bytes(sl_pq_reader_t *r, uint32_t s, const uint8_t *p, size_
     return SL_OK;
 }
 
+/* The n entries in r->dict_vals are the chunk's dictionary. */
+static sl_err_t dict_done(sl_pq_reader_t *r, uint32_t n)
+{
+    /* mapped once here instead of at every index that gathers an entry */
+    if (r->map != NULL && r->c->kind == SL_PQ_KIND_I64 && n > 0)
+        r->map(r->map_ctx, (int64_t *)r->dict_vals.p, n);
+    r->dict_n = n;
+    r->has_dict = true;
+    return SL_OK;
+}
+
 sl_err_t sl_pq_dict_load(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32_t n,
                          sl_error_t *err)
 {
@@ -119,8 +143,8 @@ sl_err_t sl_pq_dict_load(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32
     if (c->type == SL_PQ_BOOLEAN)
         return sl_error_set(err, SL_ERR_CORRUPT, "a dictionary page for a BOOLEAN column");
     if (c->kind == SL_PQ_KIND_BYTES) {
-        if (!sl_pq_buf_reserve(r->a, &r->dict_off, sl_mul_size((size_t)n + 1, 8)) ||
-            !sl_pq_buf_reserve(r->a, &r->dict_vals, len ? len : 1))
+        if (!sl_pq_buf_fit(r->a, &r->dict_off, sl_mul_size((size_t)n + 1, 8)) ||
+            !sl_pq_buf_fit(r->a, &r->dict_vals, len ? len : 1))
             return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a dictionary of %u", n);
         uint64_t *off = r->dict_off.p;
         uint8_t *out = r->dict_vals.p;
@@ -152,7 +176,7 @@ sl_err_t sl_pq_dict_load(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32
             return sl_error_set(err, SL_ERR_TRUNCATED,
                                 "dictionary of %u %s values needs %llu bytes, the page has %zu", n,
                                 sl_pq_type_name(c->type), (unsigned long long)n * w, len);
-        if (!sl_pq_buf_reserve(r->a, &r->dict_vals, sl_mul_size(n ? n : 1, 8)))
+        if (!sl_pq_buf_fit(r->a, &r->dict_vals, sl_mul_size(n ? n : 1, 8)))
             return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a dictionary of %u", n);
         for (uint32_t i = 0; i < n; i++, p += w) {
             if (c->kind == SL_PQ_KIND_F32)
@@ -163,12 +187,30 @@ sl_err_t sl_pq_dict_load(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32
                 ((int64_t *)r->dict_vals.p)[i] = int_of(c, p);
         }
     }
-    /* mapped once here instead of at every index that gathers an entry */
-    if (r->map != NULL && c->kind == SL_PQ_KIND_I64 && n > 0)
-        r->map(r->map_ctx, (int64_t *)r->dict_vals.p, n);
-    r->dict_n = n;
-    r->has_dict = true;
-    return SL_OK;
+    return dict_done(r, n);
+}
+
+bool sl_pq_dict_in_place(const sl_pq_column_t *c)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return (c->type == SL_PQ_INT64 && c->kind == SL_PQ_KIND_I64) ||
+           (c->type == SL_PQ_FLOAT && c->kind == SL_PQ_KIND_F32) ||
+           (c->type == SL_PQ_DOUBLE && c->kind == SL_PQ_KIND_F64);
+#else
+    (void)c;
+    return false;
+#endif
+}
+
+sl_err_t sl_pq_dict_set(sl_pq_reader_t *r, size_t len, uint32_t n, sl_error_t *err)
+{
+    const sl_pq_column_t *c = r->c;
+    unsigned w = plain_width(c);
+    if ((uint64_t)n * w > len)
+        return sl_error_set(err, SL_ERR_TRUNCATED,
+                            "dictionary of %u %s values needs %llu bytes, the page has %zu", n,
+                            sl_pq_type_name(c->type), (unsigned long long)n * w, len);
+    return dict_done(r, n);
 }
 
 /* Lengths of the DELTA_LENGTH_BYTE_ARRAY stream at p: into buf, their
@@ -183,7 +225,7 @@ static sl_err_t read_lengths(sl_pq_reader_t *r, sl_pq_buf_t *buf, const uint8_t 
         return sl_error_set(err, SL_ERR_CORRUPT,
                             "delta stream of %llu values in a page of %u values",
                             (unsigned long long)d.total, max);
-    if (!sl_pq_buf_reserve(r->a, buf, sl_mul_size(d.total ? d.total : 1, 8)))
+    if (!sl_pq_buf_fit(r->a, buf, sl_mul_size(d.total ? d.total : 1, 8)))
         return sl_error_set(err, SL_ERR_NOMEM, "out of memory for %llu lengths",
                             (unsigned long long)d.total);
     TRY(sl_pq_delta_get(&d, buf->p, d.total, err));

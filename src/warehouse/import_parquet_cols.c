@@ -243,8 +243,7 @@ static bool vec_reserve(const sl_allocator_t *a, void **p, uint64_t *cap, size_t
     return true;
 }
 
-/* Room for `more` rows more. */
-static bool reserve_rows(imp_pqc_t *c, uint32_t more)
+bool imp_pqc_reserve_rows(imp_pqc_t *c, uint32_t more)
 {
     uint64_t need = (uint64_t)c->n + more;
     if (need <= c->cap) return true;
@@ -262,7 +261,7 @@ static bool reserve_rows(imp_pqc_t *c, uint32_t more)
     return true;
 }
 
-static bool reserve_ids(imp_pqc_t *c, outkey_t *k, uint64_t more)
+bool imp_pqc_reserve_ids(imp_pqc_t *c, outkey_t *k, uint64_t more)
 {
     uint64_t need = k->nids + more + 1; /* never NULL, even for a run without ids */
     return vec_reserve(c->a, (void **)&k->ids, &k->ids_cap, 8, need) &&
@@ -279,6 +278,9 @@ typedef struct run {
     int64_t id_base;
     uint32_t bad; /* the first row (batch index) refused so far, UINT32_MAX: none */
     sl_error_t *why;
+    /* where rows from n0 go: the vectors, or the stripe's arrays */
+    int64_t *sid, *ses, *ts;
+    float *labels, *dense;
 } run_t;
 
 /* Row r refused by a slot: kept when it is the first row refused, or the
@@ -295,9 +297,10 @@ static void refuse(run_t *u, uint32_t r, const sl_error_t *e)
 static void conv_id(imp_pqc_t *c, const sl_wh_colmap_slot_t *sl, const sl_pq_batch_t *v,
                     const run_t *u)
 {
-    int64_t *dst = (sl->target == SL_WH_MAP_SAMPLE_ID    ? c->sid
-                    : sl->target == SL_WH_MAP_SESSION_ID ? c->ses
-                                                         : c->ts) +
+    (void)c;
+    int64_t *dst = (sl->target == SL_WH_MAP_SAMPLE_ID    ? u->sid
+                    : sl->target == SL_WH_MAP_SESSION_ID ? u->ses
+                                                         : u->ts) +
                    u->n0;
     const int64_t *src = v->i64;
     const uint8_t *valid = v->valid;
@@ -422,11 +425,13 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
         lo_s = u->r0;
         hi_s = u->r1;
     }
-    if (hi_s < lo_s || !reserve_ids(c, k, hi_s - lo_s))
+    /* in place, the key's room is the ids of the whole run (imp_pqc_direct) */
+    if (hi_s < lo_s || (c->direct ? k->nids + (hi_s - lo_s) > k->at_room
+                                  : !imp_pqc_reserve_ids(c, k, hi_s - lo_s)))
         return sl_error_set(err, SL_ERR_NOMEM, "column '%s': no memory for %u ids", pc->name,
                             hi_s - lo_s);
-    int32_t *len = k->len + u->n0;
-    int64_t *ids = k->ids + k->nids;
+    int32_t *len = (c->direct ? k->at_len : k->len) + u->n0;
+    int64_t *ids = (c->direct ? k->at_ids : k->ids) + k->nids;
     float *wts = k->weighted ? k->w + k->nids : NULL;
     uint64_t n = 0;
     bool ints = v->kind == SL_PQ_KIND_I64;
@@ -527,22 +532,37 @@ static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_
     const imp_pq_t *p = c->p;
     const sl_wh_colmap_resolved_t *m = p->map;
     uint32_t rows = u->r1 - u->r0;
+    if (c->direct) {
+        u->sid = c->st.sample_ids;
+        u->ses = c->st_ses;
+        u->ts = c->st_ts;
+        u->labels = c->st.labels.data;
+        u->dense = c->st.dense.data;
+    } else {
+        u->sid = c->sid;
+        u->ses = c->ses;
+        u->ts = c->ts;
+        u->labels = c->labels;
+        u->dense = c->dense;
+    }
     if (m->id_column[SL_WH_MAP_SAMPLE_ID - 1] == SL_WH_COLMAP_NONE)
         for (uint32_t i = 0; i < rows; i++)
-            c->sid[u->n0 + i] = u->id_base + (int64_t)(u->line0 + i);
+            u->sid[u->n0 + i] = u->id_base + (int64_t)(u->line0 + i);
     if (m->id_column[SL_WH_MAP_SESSION_ID - 1] == SL_WH_COLMAP_NONE)
-        memset(c->ses + u->n0, 0, (size_t)rows * 8);
+        memset(u->ses + u->n0, 0, (size_t)rows * 8);
     if (m->id_column[SL_WH_MAP_TIMESTAMP - 1] == SL_WH_COLMAP_NONE)
-        memset(c->ts + u->n0, 0, (size_t)rows * 8);
+        memset(u->ts + u->n0, 0, (size_t)rows * 8);
     if (!c->covered) { /* outputs no slot fills: missing */
         for (uint32_t i = 0; i < rows; i++) {
             for (uint32_t t = 0; t < c->T; t++)
-                if (!c->has_slot[t]) c->labels[(size_t)(u->n0 + i) * c->T + t] = 0.0f;
+                if (!c->has_slot[t]) u->labels[(size_t)(u->n0 + i) * c->T + t] = 0.0f;
             for (uint32_t d = 0; d < c->D; d++)
-                if (!c->has_slot[c->T + d]) c->dense[(size_t)(u->n0 + i) * c->D + d] = NAN;
+                if (!c->has_slot[c->T + d]) u->dense[(size_t)(u->n0 + i) * c->D + d] = NAN;
         }
         for (uint32_t k = 0; k < c->S; k++)
-            if (!c->has_slot[c->T + c->D + k]) memset(c->keys[k].len + u->n0, 0, (size_t)rows * 4);
+            if (!c->has_slot[c->T + c->D + k])
+                memset((c->direct ? c->keys[k].at_len : c->keys[k].len) + u->n0, 0,
+                       (size_t)rows * 4);
     }
     for (uint32_t s = 0; s < m->num_slots; s++) {
         if (!c->slot_read[s]) continue;
@@ -556,13 +576,13 @@ static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_
             conv_id(c, sl, v, u);
             break;
         case SL_WH_MAP_LABEL:
-            conv_num(c->labels + (size_t)u->n0 * c->T + (uint32_t)o, c->T, v, u, 0.0f);
+            conv_num(u->labels + (size_t)u->n0 * c->T + (uint32_t)o, c->T, v, u, 0.0f);
             break;
         case SL_WH_MAP_DENSE:
-            conv_num(c->dense + (size_t)u->n0 * c->D + (uint32_t)o, c->D, v, u, NAN);
+            conv_num(u->dense + (size_t)u->n0 * c->D + (uint32_t)o, c->D, v, u, NAN);
             /* value by value, NaN (missing) included, as the batch transform */
             if (c->dmap[o] != NULL)
-                c->dmap[o]->dense(c->dmap[o]->ctx, c->dense + (size_t)u->n0 * c->D, rows, c->D,
+                c->dmap[o]->dense(c->dmap[o]->ctx, u->dense + (size_t)u->n0 * c->D, rows, c->D,
                                   (uint32_t)o);
             break;
         case SL_WH_MAP_SPARSE:
@@ -584,7 +604,7 @@ static sl_err_t convert_run(imp_pqc_t *c, const group_read_t *g, uint32_t r0, ui
                             uint64_t line0, imp_pqc_read_t *rd, sl_error_t *err)
 {
     while (r0 < r1) {
-        if (!reserve_rows(c, r1 - r0))
+        if (!c->direct && !imp_pqc_reserve_rows(c, r1 - r0))
             return sl_error_set(err, SL_ERR_NOMEM, "%s: no memory for %u rows", rd->input, r1 - r0);
         sl_error_t why = {0};
         run_t u = {.r0 = r0,
@@ -596,6 +616,16 @@ static sl_err_t convert_run(imp_pqc_t *c, const group_read_t *g, uint32_t r0, ui
                    .why = &why};
         sl_err_t rc = convert(c, g, &u, err);
         uint32_t bad = u.bad;
+        if (c->direct && (rc != SL_OK || bad != UINT32_MAX)) {
+            /* a refused row (or no memory) in place: nothing is kept yet,
+             * so the run goes again through the vectors */
+            for (uint32_t k = 0; k < c->S; k++)
+                c->keys[k].pending = 0;
+            if (!imp_pqc_spill(c))
+                return sl_error_set(err, SL_ERR_NOMEM, "%s: no memory for %u rows", rd->input,
+                                    r1 - r0);
+            continue;
+        }
         if (rc == SL_OK && bad != UINT32_MAX && bad > r0) { /* the rows before it again */
             u.r1 = bad;
             u.bad = UINT32_MAX;
@@ -669,6 +699,8 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
             while (rc == SL_OK && r < r_end) {
                 uint32_t room = c->n < flush ? flush - c->n : 1;
                 uint32_t take = r_end - r < room ? r_end - r : room;
+                /* a whole stripe in one run: converted straight into it */
+                if (c->n == 0 && take == flush) imp_pqc_direct(c, &g, r, r + take);
                 rc = convert_run(c, &g, r, r + take, row + r + 1, rd, err);
                 r += take;
                 if (rc == SL_OK && c->n >= flush) rc = rd->on_full(rd->ctx, row + r, err);

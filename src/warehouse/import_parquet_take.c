@@ -46,22 +46,148 @@ static uint32_t *sort_by_session(const int64_t *ses, uint32_t *o, uint32_t *tmp,
     return o;
 }
 
-sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error_t *err)
+/* The stripe's arena, emptied. @return false when out of memory. */
+static bool stripe_arena(imp_pqc_t *c)
 {
-    memset(out, 0, sizeof *out);
-    uint32_t n = c->n;
     if (c->out == NULL || c->out_want > c->out_chunk) {
         /* a chunk that holds a whole stripe, kept by reset (a fresh large
          * chunk each stripe costs a page fault every 4 KiB); after a
          * disown, a new arena of that size */
         size_t want = c->out_want > c->out_chunk ? c->out_want : c->out_chunk;
         sl_arena_t *bigger = sl_arena_new(c->a, want);
-        if (bigger == NULL) goto nomem;
+        if (bigger == NULL) return false;
         sl_arena_destroy(c->out);
         c->out = bigger;
         c->out_chunk = want;
     }
     sl_arena_reset(c->out);
+    return true;
+}
+
+/* The arena's footprint after a stripe: a larger chunk next time when the
+ * stripe took more than one. */
+static void stripe_sized(imp_pqc_t *c)
+{
+    size_t fp = sl_arena_footprint(c->out);
+    if (fp > c->out_chunk + 4096) c->out_want = fp + fp / 4; /* chunk headers, a larger stripe */
+}
+
+/* The stripe's arrays for n rows and total ids in c->out (emptied):
+ * ids, labels, dense values, the KJT. */
+static bool stripe_arrays(imp_pqc_t *c, uint32_t n, uint64_t total, sl_batch_t *b, int64_t **ses,
+                          int64_t **ts)
+{
+    sl_arena_t *ar = c->out;
+    memset(b, 0, sizeof *b);
+    b->batch_size = n;
+    b->sample_ids = sl_arena_alloc(ar, (size_t)n * 8 + 8);
+    *ses = sl_arena_alloc(ar, (size_t)n * 8 + 8);
+    *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8);
+    if (b->sample_ids == NULL || *ses == NULL || *ts == NULL) return false;
+    if (sl_dense_init(&b->dense, ar, n, c->D, c->dense_names) != SL_OK ||
+        sl_dense_init(&b->labels, ar, n, c->T, c->label_names) != SL_OK)
+        return false;
+    return c->S == 0 ||
+           sl_kjt_init(&b->sparse, ar, c->S, c->key_names, n, total, c->any_weighted) == SL_OK;
+}
+
+bool imp_pqc_direct(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r1)
+{
+    const sl_wh_colmap_resolved_t *m = c->p->map;
+    if (c->n != 0 || c->any_weighted) return false;
+    c->direct = false;
+    /* each key's room: the slots of its column's rows, every id of the run
+     * (fewer when some are null); a key no slot fills has none */
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < c->S; k++)
+        c->keys[k].at_room = 0;
+    for (uint32_t s = 0; s < m->num_slots; s++) {
+        const sl_wh_colmap_slot_t *sl = &m->slots[s];
+        if (!c->slot_read[s] || sl->target != SL_WH_MAP_SPARSE || c->slot_out[s] < 0) continue;
+        int32_t li = g->leaf_of[sl->column * 2];
+        const sl_pq_batch_t *v = g->bat[li];
+        uint64_t room = g->col[li]->is_list ? (uint64_t)v->list_off[r1] - v->list_off[r0] : r1 - r0;
+        c->keys[c->slot_out[s]].at_room += room;
+        total += room;
+    }
+    if (!stripe_arena(c) || !stripe_arrays(c, r1 - r0, total, &c->st, &c->st_ses, &c->st_ts))
+        return false;
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < c->S; k++) {
+        outkey_t *kk = &c->keys[k];
+        kk->at_len = c->st.sparse.lengths + (size_t)k * (r1 - r0);
+        kk->at_ids = c->st.sparse.values + at;
+        at += kk->at_room;
+    }
+    c->direct = true;
+    return true;
+}
+
+bool imp_pqc_spill(imp_pqc_t *c)
+{
+    if (!c->direct) return true;
+    uint32_t n = c->n;
+    c->direct = false;
+    if (!imp_pqc_reserve_rows(c, n)) return false;
+    memcpy(c->sid, c->st.sample_ids, (size_t)n * 8);
+    memcpy(c->ses, c->st_ses, (size_t)n * 8);
+    memcpy(c->ts, c->st_ts, (size_t)n * 8);
+    if (c->D) memcpy(c->dense, c->st.dense.data, (size_t)n * c->D * 4);
+    if (c->T) memcpy(c->labels, c->st.labels.data, (size_t)n * c->T * 4);
+    for (uint32_t k = 0; k < c->S; k++) {
+        outkey_t *kk = &c->keys[k];
+        uint64_t nids = kk->nids;
+        kk->nids = 0;
+        if (!imp_pqc_reserve_ids(c, kk, nids)) return false;
+        memcpy(kk->len, kk->at_len, (size_t)n * 4);
+        if (nids) memcpy(kk->ids, kk->at_ids, (size_t)nids * 8);
+        kk->nids = nids;
+    }
+    return true;
+}
+
+/* The stripe built in place, handed out: each key's ids moved down to
+ * follow the last key's where some of its room was not used (null ids). */
+static void take_direct(imp_pqc_t *c, sl_wh_rows_t *out)
+{
+    sl_batch_t *b = &out->batch;
+    *b = c->st;
+    uint64_t v = 0;
+    for (uint32_t k = 0; k < c->S; k++) {
+        const outkey_t *kk = &c->keys[k];
+        if (kk->at_ids != b->sparse.values + v && kk->nids)
+            memmove(b->sparse.values + v, kk->at_ids, (size_t)kk->nids * 8);
+        v += kk->nids;
+    }
+    if (c->S) b->sparse.num_values = v;
+    b->record_ms = NULL;
+    out->schema = c->schema;
+    out->session_ids = c->st_ses;
+    out->timestamps = c->st_ts;
+    c->direct = false;
+    c->n = 0;
+    for (uint32_t k = 0; k < c->S; k++)
+        c->keys[k].nids = 0;
+    stripe_sized(c);
+}
+
+sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error_t *err)
+{
+    memset(out, 0, sizeof *out);
+    uint32_t n = c->n;
+    if (c->direct) {
+        bool sorted = true;
+        for (uint32_t i = 1; by_session && i < n && sorted; i++)
+            sorted = c->st_ses[i] >= c->st_ses[i - 1];
+        if (sorted && n == c->st.batch_size) {
+            take_direct(c, out);
+            return SL_OK;
+        }
+        /* rows to sort by session (or fewer than the stripe was made
+         * for): through the vectors, as any other stripe */
+        if (!imp_pqc_spill(c)) goto nomem;
+    }
+    if (!stripe_arena(c)) goto nomem;
     /* the order: file order unless sessions are out of order */
     const uint32_t *order = NULL;
     if (by_session)
@@ -150,8 +276,7 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
     c->n = 0;
     for (uint32_t k = 0; k < c->S; k++)
         c->keys[k].nids = 0;
-    size_t fp = sl_arena_footprint(ar);
-    if (fp > c->out_chunk + 4096) c->out_want = fp + fp / 4; /* chunk headers, a larger stripe */
+    stripe_sized(c);
     return SL_OK;
 nomem:
     memset(out, 0, sizeof *out);

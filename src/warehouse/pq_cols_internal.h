@@ -13,6 +13,11 @@ typedef struct key {
     uint64_t nids, len_cap, ids_cap, w_cap;
     uint64_t pending; /* ids of the run being converted */
     bool weighted;
+    /* in place (imp_pqc_t.direct): where this key's lengths and ids go in
+     * the stripe, and the ids it has room for there */
+    int32_t *at_len;
+    int64_t *at_ids;
+    uint64_t at_room;
 } outkey_t;
 
 struct imp_pqc {
@@ -41,6 +46,14 @@ struct imp_pqc {
     uint32_t *dfeat, *kfeat;                /* [SD + 1], [SS + 1] */
     uint8_t *kmap_rd;                       /* [SS + 1] */
     uint8_t *has_slot;                      /* [T + D + S] */
+    /* A stripe built in place (import_parquet_take.c, imp_pqc_direct):
+     * the run that fills a whole stripe is converted straight into the
+     * stripe's arrays in out (sid, ses, ts, st.dense, st.labels and the
+     * keys' at_len and at_ids), which the take then hands out without a
+     * copy. */
+    bool direct;
+    sl_batch_t st;
+    int64_t *st_ses, *st_ts;
     /* the taken stripe */
     sl_arena_t *out;
     size_t out_chunk, out_want;
@@ -52,5 +65,18 @@ struct imp_pqc {
     uint32_t pool_cap;
     sl_pq_scratch_t *scratch; /* the pool's readers' shared page and ZSTD context */
 };
+
+/* import_parquet_take.c: begin building rows [r0, r1) of g's batches, a
+ * whole stripe with the builder empty, in place (c->direct), when every
+ * key is unweighted; false: not taken (no room, weighted keys), the rows
+ * go through the vectors. */
+bool imp_pqc_direct(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r1);
+/* Stop building in place: the rows built so far (c->n, none pending) are
+ * copied into the vectors. @return false when out of memory. */
+bool imp_pqc_spill(imp_pqc_t *c);
+/* Room for `more` rows more in the vectors (import_parquet_cols.c). */
+bool imp_pqc_reserve_rows(imp_pqc_t *c, uint32_t more);
+/* Room for `more` ids more of key k in its vectors. */
+bool imp_pqc_reserve_ids(imp_pqc_t *c, outkey_t *k, uint64_t more);
 
 #endif

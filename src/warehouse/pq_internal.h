@@ -116,8 +116,10 @@ void imp_pqc_set_maps(imp_pqc_t *c, const sl_wh_value_map_t *maps);
 uint32_t imp_pqc_count(const imp_pqc_t *c);
 /* The rows built so far as a stripe: by_session sorts them stably by
  * session id (as the Kafka row builder does for a worker), else they stay
- * in file order. Borrowed until the next take or destroy; the builder then
- * holds no rows. */
+ * in file order. Borrowed until the next take or destroy, and by a read's
+ * on_full only until it returns (the read may build the next stripe in
+ * place in the same arena, pq_cols_internal.h); the builder then holds no
+ * rows. */
 sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error_t *err);
 /* The arena of the stripe the last take made: every buffer of it, names
  * included, lies there. A caller that takes it over (frees it with

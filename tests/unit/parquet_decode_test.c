@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "parquet/encoding.h"
 #include "parquet/parquet.h"
@@ -623,6 +624,147 @@ Test(parquet_levels, errors_name_file_row_group_column_and_page)
     for (size_t k = 0; k < n; k++) {
         sl_pq_source_memory(&mem, buf, k, &src);
         cr_assert_neq(sl_pq_file_open(&src, "x.parquet", NULL, &f, &err), SL_OK, "%zu", k);
+    }
+}
+
+/* ---- a dictionary read where it is decompressed ---- */
+
+/* A page header (v1 data page or dictionary page) of a ZSTD page. */
+static void page_header(w_t *h, bool dict, size_t usize, size_t csize, uint32_t nv)
+{
+    fint(h, 1, SL_PQ_T_I32, dict ? 2 : 0);
+    fint(h, 1, SL_PQ_T_I32, (int64_t)usize);
+    fint(h, 1, SL_PQ_T_I32, (int64_t)csize);
+    byte(h, (uint8_t)((dict ? 4 : 2) << 4 | SL_PQ_T_STRUCT)); /* field 7 or 5 */
+    fint(h, 1, SL_PQ_T_I32, nv);
+    fint(h, 1, SL_PQ_T_I32, dict ? SL_PQ_ENC_PLAIN : SL_PQ_ENC_RLE_DICTIONARY);
+    if (!dict) {
+        fint(h, 1, SL_PQ_T_I32, SL_PQ_ENC_RLE);
+        fint(h, 1, SL_PQ_T_I32, SL_PQ_ENC_RLE);
+    }
+    byte(h, 0);
+    byte(h, 0);
+}
+
+/* A file of one required column "x" of type (INT64 or DOUBLE), ZSTD, 8
+ * rows: a dictionary page of the 3 entries dict whose header says
+ * dict_says of them, and a data page of indices 0 1 2 1 0 2 2 1. */
+static size_t zstd_dict_file(uint8_t *out, int type, const void *dict, uint32_t dict_says)
+{
+    w_t f = {0};
+    put(&f, "PAR1", 4);
+    uint8_t z[512];
+    size_t zn = ZSTD_compress(z, sizeof z, dict, 24, 1);
+    cr_assert(!ZSTD_isError(zn));
+    w_t h = {0};
+    page_header(&h, true, 24, zn, dict_says);
+    put(&f, h.b, h.n);
+    put(&f, z, zn);
+    size_t data_at = f.n;
+    /* bit width 2, one bit-packed group of 8: 0 1 2 1 | 0 2 2 1 */
+    const uint8_t idx[] = {2, 3, 0 | 1 << 2 | 2 << 4 | 1 << 6, 0 | 2 << 2 | 2 << 4 | 1 << 6};
+    zn = ZSTD_compress(z, sizeof z, idx, sizeof idx, 1);
+    cr_assert(!ZSTD_isError(zn));
+    h.n = 0;
+    page_header(&h, false, sizeof idx, zn, 8);
+    put(&f, h.b, h.n);
+    put(&f, z, zn);
+    size_t chunk = f.n - 4;
+    w_t m = {0};
+    fint(&m, 1, SL_PQ_T_I32, 1);
+    byte(&m, 1 << 4 | SL_PQ_T_LIST); /* schema: 2 elements */
+    byte(&m, 2 << 4 | SL_PQ_T_STRUCT);
+    fbin(&m, 4, "schema");
+    fint(&m, 1, SL_PQ_T_I32, 1);
+    byte(&m, 0);
+    fint(&m, 1, SL_PQ_T_I32, type); /* x: required */
+    fint(&m, 2, SL_PQ_T_I32, 0);
+    fbin(&m, 1, "x");
+    byte(&m, 0);
+    fint(&m, 1, SL_PQ_T_I64, 8); /* num_rows */
+    byte(&m, 1 << 4 | SL_PQ_T_LIST);
+    byte(&m, 1 << 4 | SL_PQ_T_STRUCT); /* one row group */
+    byte(&m, 1 << 4 | SL_PQ_T_LIST);
+    byte(&m, 1 << 4 | SL_PQ_T_STRUCT); /* one column chunk */
+    byte(&m, 3 << 4 | SL_PQ_T_STRUCT); /* field 3: ColumnMetaData */
+    fint(&m, 1, SL_PQ_T_I32, type);
+    byte(&m, 1 << 4 | SL_PQ_T_LIST);
+    byte(&m, 1 << 4 | SL_PQ_T_I32);
+    varint(&m, 0);
+    byte(&m, 1 << 4 | SL_PQ_T_LIST);
+    byte(&m, 1 << 4 | SL_PQ_T_BINARY);
+    varint(&m, 1);
+    put(&m, "x", 1);
+    fint(&m, 1, SL_PQ_T_I32, SL_PQ_ZSTD);
+    fint(&m, 1, SL_PQ_T_I64, 8);
+    fint(&m, 1, SL_PQ_T_I64, (int64_t)chunk);
+    fint(&m, 1, SL_PQ_T_I64, (int64_t)chunk);
+    fint(&m, 2, SL_PQ_T_I64, (int64_t)data_at); /* data_page_offset */
+    fint(&m, 2, SL_PQ_T_I64, 4);                /* dictionary_page_offset */
+    byte(&m, 0);
+    byte(&m, 0);
+    fint(&m, 1, SL_PQ_T_I64, (int64_t)chunk); /* total_byte_size */
+    fint(&m, 1, SL_PQ_T_I64, 8);              /* num_rows */
+    byte(&m, 0);
+    byte(&m, 0);
+    put(&f, m.b, m.n);
+    uint32_t ml = (uint32_t)m.n;
+    put(&f, &ml, 4);
+    put(&f, "PAR1", 4);
+    memcpy(out, f.b, f.n);
+    return f.n;
+}
+
+Test(parquet_reader, zstd_dictionary_read_in_place)
+{
+    /* an INT64 and a DOUBLE dictionary in a ZSTD chunk are decompressed
+     * straight into the dictionary and gathered from there; a dictionary
+     * page whose header claims more entries than its bytes hold is refused
+     * naming the page */
+    const int64_t ids[3] = {10, -20, INT64_C(1) << 40};
+    const double reals[3] = {0.5, -1.25, 1e300};
+    const uint32_t want[8] = {0, 1, 2, 1, 0, 2, 2, 1};
+    for (int t = 0; t < 2; t++) {
+        uint8_t buf[4096];
+        int type = t == 0 ? SL_PQ_INT64 : SL_PQ_DOUBLE;
+        const void *dict = t == 0 ? (const void *)ids : (const void *)reals;
+        size_t n = zstd_dict_file(buf, type, dict, 3);
+        sl_pq_memory_t mem;
+        sl_pq_source_t src;
+        sl_pq_source_memory(&mem, buf, n, &src);
+        sl_error_t err = {0};
+        sl_pq_file_t *f;
+        cr_assert_eq(sl_pq_file_open(&src, "d.parquet", NULL, &f, &err), SL_OK, "%s", err.msg);
+        sl_pq_reader_t *r;
+        cr_assert_eq(sl_pq_reader_new(f, 0, 0, &r, &err), SL_OK, "%s", err.msg);
+        const sl_pq_batch_t *b;
+        cr_assert_eq(sl_pq_reader_next(r, 100, &b, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(b->rows, 8);
+        for (uint32_t i = 0; i < 8; i++) {
+            cr_assert_eq(b->valid[i], 1);
+            if (t == 0)
+                cr_assert_eq(b->i64[i], ids[want[i]], "row %u", i);
+            else
+                cr_assert_eq(b->f64[i], reals[want[i]], "row %u", i);
+        }
+        cr_assert_eq(sl_pq_reader_next(r, 100, &b, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(b->rows, 0);
+        sl_pq_reader_destroy(r);
+        sl_pq_file_destroy(f);
+
+        n = zstd_dict_file(buf, type, dict, 4);
+        sl_pq_source_memory(&mem, buf, n, &src);
+        cr_assert_eq(sl_pq_file_open(&src, "d.parquet", NULL, &f, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_pq_reader_new(f, 0, 0, &r, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_pq_reader_next(r, 100, &b, &err), SL_ERR_TRUNCATED);
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "file d.parquet row group 0 column x page 1 (offset 4): dictionary of 4 %s "
+                 "values needs 32 bytes, the page has 24",
+                 t == 0 ? "INT64" : "DOUBLE");
+        cr_assert_str_eq(err.msg, msg);
+        sl_pq_reader_destroy(r);
+        sl_pq_file_destroy(f);
     }
 }
 

@@ -357,6 +357,32 @@ Test(pq_columns, worker_stripes_equal_row_path)
     sl_wh_colmap_destroy(m);
 }
 
+Test(pq_columns, stripes_built_in_place_equal_row_path)
+{
+    /* Without a weighted key, a run that fills a whole stripe is converted
+     * straight into the stripe (imp_pqc_direct): null ids leave room that
+     * the take closes, sessions out of order send the stripe through the
+     * vectors to be sorted, a refused row sends its run through them; runs
+     * shorter than a stripe (batch 4096) never go in place. */
+    sl_wh_splits_t *sp = NULL;
+    sl_wh_colmap_t *m = NULL;
+    sl_wh_pqds_t *ds = open_mapped(FULL, &m, &sp);
+    const sl_wh_split_t *s = &sp->items[0];
+    const char *const feats[] = {"item_ids", "f32", "one_id", "country_h",
+                                 "words_h",  "f64", "i64",    "flag"};
+    const char *const ids_only[] = {"one_id", "item_ids"};
+    static const uint64_t ranges[][2] = {{0, 300}, {3, 250}, {127, 129}, {128, 256}};
+    static const uint32_t batches[] = {1, 8, 64, 100, 128, 4096};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+            both_ways(ds, s, feats, 8, ranges[i][0], ranges[i][1], batches[b]);
+            both_ways(ds, s, ids_only, 2, ranges[i][0], ranges[i][1], batches[b]);
+        }
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
+}
+
 /* ---- transforms at decode (sl_wh_pqds_reader_set_maps) ---- */
 
 typedef struct map_count {
