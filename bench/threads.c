@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -35,7 +36,21 @@ enum { MAX_T = 16, MAX_ROUNDS = 64 };
 typedef struct run {
     double wall, cpu;
     uint64_t samples, batches, fused;
+    /* the process's minor page faults and context switches (voluntary:
+     * a thread waited; involuntary: it was preempted) during the run:
+     * figures that do not depend on what else runs on the machine, or
+     * less than the wall time does */
+    uint64_t faults, vcsw, ivcsw;
 } run_t;
+
+static void usage_now(uint64_t *faults, uint64_t *vcsw, uint64_t *ivcsw)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *faults = (uint64_t)ru.ru_minflt;
+    *vcsw = (uint64_t)ru.ru_nvcsw;
+    *ivcsw = (uint64_t)ru.ru_nivcsw;
+}
 
 static int gen(const char *dir, uint64_t rows, uint64_t seed)
 {
@@ -66,11 +81,17 @@ static int run_job(json_t *spec, uint32_t threads, run_t *r)
     wo.memory_limit = 512ull << 20;
     wo.discard = true;
     wo.no_shm = true;
+    uint64_t f0, v0, i0;
+    usage_now(&f0, &v0, &i0);
     double t0 = bench_now();
     if (sl_worker_start(job, &wo, &w, &problems, &err) != SL_OK) goto done;
     if (sl_worker_wait(w, 600000, &err) != SL_OK) goto done;
     r->wall = bench_now() - t0;
     sl_worker_stop(w); /* joins the worker's threads: their CPU clocks are summed */
+    usage_now(&r->faults, &r->vcsw, &r->ivcsw);
+    r->faults -= f0;
+    r->vcsw -= v0;
+    r->ivcsw -= i0;
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
     r->cpu = (st.cpu_ns + st.server.cpu_ns) / 1e9;
@@ -164,7 +185,8 @@ int main(int argc, char **argv)
                              "table", table, "transforms", tr, "batch", "size", 4096);
     run_t warm = {0};
     if (run_job(spec, ts[0], &warm)) goto spec_out; /* the page cache and the allocator */
-    static double rate[MAX_T][MAX_ROUNDS], ratio[MAX_T][MAX_ROUNDS];
+    static double rate[MAX_T][MAX_ROUNDS], ratio[MAX_T][MAX_ROUNDS], nsps[MAX_T][MAX_ROUNDS],
+        cores[MAX_T][MAX_ROUNDS], faults[MAX_T][MAX_ROUNDS];
     for (uint64_t r = 0; r < rounds; r++) {
         double one = 0;
         run_t got[MAX_T];
@@ -173,12 +195,18 @@ int main(int argc, char **argv)
             if (run_job(spec, ts[i], &got[i])) goto spec_out;
             const run_t *x = &got[i];
             printf("  round %" PRIu64 " threads %3u: %9" PRIu64 " samples in %.3f s: %6.2f M "
-                   "samples/s, CPU %.3f s (%.2f cores), %" PRIu64 " of %" PRIu64 " batches fused\n",
+                   "samples/s, CPU %.3f s (%.2f cores, %.1f ns a sample), %" PRIu64 " of %" PRIu64
+                   " batches fused, %" PRIu64 " page faults, %" PRIu64 "+%" PRIu64
+                   " context switches\n",
                    r + 1, ts[i], x->samples, x->wall, x->samples / x->wall / 1e6, x->cpu,
-                   x->cpu / x->wall, x->fused, x->batches);
+                   x->cpu / x->wall, x->cpu * 1e9 / (double)(x->samples ? x->samples : 1), x->fused,
+                   x->batches, x->faults, x->vcsw, x->ivcsw);
         }
         for (uint32_t i = 0; i < nt; i++) {
             rate[i][r] = got[i].samples / got[i].wall;
+            nsps[i][r] = got[i].cpu * 1e9 / (double)(got[i].samples ? got[i].samples : 1);
+            cores[i][r] = got[i].cpu / got[i].wall;
+            faults[i][r] = (double)got[i].faults;
             if (ts[i] == 1) one = rate[i][r];
         }
         for (uint32_t i = 0; i < nt; i++)
@@ -190,7 +218,9 @@ int main(int argc, char **argv)
         printf("  threads %3u: %6.2f M samples/s", ts[i], m / 1e6);
         if (q > 0) printf(", %.2fx the same round's 1 thread", q);
         if (ts[i] == 2) printf(" (target >= 1.80x)");
-        printf("\n");
+        printf("; CPU %.1f ns a sample, %.2f cores, %.0f page faults\n",
+               median(nsps[i], (uint32_t)rounds), median(cores[i], (uint32_t)rounds),
+               median(faults[i], (uint32_t)rounds));
     }
     print_load("after");
     code = 0;
