@@ -17,7 +17,8 @@
  * the median over rounds of each run's speed over the same round's
  * one-thread run (target: >= 1.8x at 2 threads on a 2-core machine).
  * Figures are printed, never checked. Usage:
- *   bench_threads [--rows N] [--threads 1,2,4] [--rounds R] [--seed S] */
+ *   bench_threads [--rows N] [--threads 1,2,4] [--rounds R] [--seed S]
+ *                 [--stripe-rows N (65536; 1 stripe a split)] */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -52,7 +53,7 @@ static void usage_now(uint64_t *faults, uint64_t *vcsw, uint64_t *ivcsw)
     *ivcsw = (uint64_t)ru.ru_nivcsw;
 }
 
-static int gen(const char *dir, uint64_t rows, uint64_t seed)
+static int gen(const char *dir, uint64_t rows, uint64_t seed, uint64_t stripe_rows)
 {
     sl_wh_gen_spec_t spec;
     sl_error_t err = {0};
@@ -60,6 +61,7 @@ static int gen(const char *dir, uint64_t rows, uint64_t seed)
     spec.files = 4;
     sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
     go.writer.no_sync = true;
+    go.writer.stripe_rows = (uint32_t)stripe_rows;
     if (sl_wh_gen_table(dir, &spec, &go, NULL, &err) != SL_OK) goto fail;
     return 0;
 fail:
@@ -133,7 +135,7 @@ static void print_load(const char *when)
 
 int main(int argc, char **argv)
 {
-    uint64_t rows = 2000000, rounds = 5, seed = 1;
+    uint64_t rows = 2000000, rounds = 5, seed = 1, stripe_rows = 65536;
     uint32_t ts[MAX_T] = {1, 2}, nt = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         char *end = NULL;
@@ -147,16 +149,17 @@ int main(int argc, char **argv)
             if (nt == 0) goto usage;
             continue;
         }
-        uint64_t *dst = strcmp(argv[i], "--rows") == 0     ? &rows
-                        : strcmp(argv[i], "--rounds") == 0 ? &rounds
-                        : strcmp(argv[i], "--seed") == 0   ? &seed
-                                                           : NULL;
+        uint64_t *dst = strcmp(argv[i], "--rows") == 0          ? &rows
+                        : strcmp(argv[i], "--rounds") == 0      ? &rounds
+                        : strcmp(argv[i], "--seed") == 0        ? &seed
+                        : strcmp(argv[i], "--stripe-rows") == 0 ? &stripe_rows
+                                                                : NULL;
         if (!dst) goto usage;
         unsigned long long v = strtoull(argv[i + 1], &end, 10);
         if (*argv[i + 1] == '\0' || *end != '\0') goto usage;
         *dst = v;
     }
-    if (argc % 2 == 0) goto usage;
+    if (argc % 2 == 0 || stripe_rows < 1 || stripe_rows > (1u << 24)) goto usage;
     if (rounds < 1) rounds = 1;
     if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
     char dir[] = "/tmp/sluice-bench-threads-XXXXXX";
@@ -164,12 +167,12 @@ int main(int argc, char **argv)
     char table[sizeof dir + 16];
     snprintf(table, sizeof table, "%s/criteo", dir);
     int code = 1;
-    printf("bench_threads: criteo, %" PRIu64 " rows (4 files, stripes of 65536), log1p x13, "
+    printf("bench_threads: criteo, %" PRIu64 " rows (4 files, stripes of %" PRIu64 "), log1p x13, "
            "sigrid_hash x26, batches of 4096, one epoch; the worker alone (batches discarded "
            "as made), %" PRIu64 " interleaved rounds\n",
-           rows, rounds);
+           rows, stripe_rows, rounds);
     print_load("before");
-    if (gen(table, rows, seed)) goto out;
+    if (gen(table, rows, seed, stripe_rows)) goto out;
     json_t *tr = json_array();
     char name[16];
     for (int i = 1; i <= 13; i++) {
@@ -233,6 +236,7 @@ out : {
 }
     return code;
 usage:
-    fprintf(stderr, "usage: bench_threads [--rows N] [--threads 1,2,4] [--rounds R] [--seed S]\n");
+    fprintf(stderr, "usage: bench_threads [--rows N] [--threads 1,2,4] [--rounds R] [--seed S] "
+                    "[--stripe-rows N]\n");
     return 2;
 }
