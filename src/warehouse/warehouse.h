@@ -573,6 +573,14 @@ typedef struct sl_wh_stripe_info {
     uint32_t rows;
     uint64_t offset, bytes;
     uint32_t num_streams;
+    /* An estimate, from the footer alone, of the bytes the stripe decodes
+     * to: every stream's values at their natural width (a per-row column
+     * at least one value a row, every id a weight when a feature is
+     * weighted), whatever the projection: a read of every column holds
+     * exactly this much (warehouse_rw_test). For a memory budget
+     * before the first read; storage-dedup groups hold more once their
+     * rows are expanded. */
+    uint64_t decoded_bytes;
 } sl_wh_stripe_info_t;
 
 typedef struct sl_wh_reader sl_wh_reader_t;

@@ -166,6 +166,15 @@ static void round_trip(uint32_t rows, uint32_t stripe_rows, sl_wh_codec_t codec,
         cr_assert_eq(sl_wh_reader_read_stripe(r, s, &x, &err), SL_OK, "%s", err.msg);
         for (uint32_t k = 0; k < x->batch.batch_size; k++)
             cr_assert_eq(x->batch.sample_ids[k], 1000 + (int64_t)(info.first_row + k));
+        /* the footer's estimate is what a read of every column holds: the
+         * batch's tensors, and the session ids and timestamps it does not
+         * carry (8 bytes a row each) */
+        const sl_batch_t *b = &x->batch;
+        uint64_t B = b->batch_size, V = b->sparse.num_values;
+        uint64_t want = 8 * V + (b->sparse.weights ? 4 * V : 0) + 4 * B * b->sparse.num_keys +
+                        4 * B * (b->dense.cols + b->labels.cols) + 8 * B + 16 * B;
+        cr_assert_eq(info.decoded_bytes, want, "stripe %u: %llu, expected %llu", s,
+                     (unsigned long long)info.decoded_bytes, (unsigned long long)want);
     }
     sl_wh_reader_close(r);
     td_free(&m);

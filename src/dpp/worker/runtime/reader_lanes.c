@@ -111,12 +111,17 @@ static bool hand_out(lanes_run_t *lr, bool *no_lane)
             continue;
         }
         /* Another stripe while a lane still holds one (read, or making its
-         * batches) only with room for it and one more, and none before a
-         * stripe's size is known: else one stripe at a time, as one
-         * thread reads them. */
+         * batches) only with room for it and one more: else one stripe at
+         * a time, as one thread reads them. Before any lane has read one,
+         * a stripe's size is the footer's estimate (every column, so more
+         * than the lanes will hold), so that the lanes' first reads
+         * overlap: else the first read, the slowest (its buffers touched
+         * first), ran alone, a tenth of bench_threads' 2-lane epoch. */
         uint32_t busy = dpp_lanes_busy(rd->lanes);
+        uint64_t est = dpp_lanes_est(rd->lanes);
+        if (est == 0) est = info.decoded_bytes;
         if (lr->on_lanes || busy) {
-            uint64_t lim = sl_worker_budget_limit(w->budget), est = dpp_lanes_est(rd->lanes);
+            uint64_t lim = sl_worker_budget_limit(w->budget);
             if (est == 0 || (lim && sl_worker_budget_used(w->budget) + 2 * est > lim)) {
                 if (lr->on_lanes) return false;        /* the ring's head is batched first */
                 dpp_lanes_wait_fewer(rd->lanes, busy); /* a lane's batches are made */
