@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -37,6 +38,11 @@ struct sl_kafka_consumer {
     int64_t next;
     rd_kafka_message_t *stash[READ_BATCH];
     uint32_t stash_at, stash_n;
+    /* librdkafka's prefetch thresholds (queued.max.messages.kbytes in
+     * bytes, queued.min.messages), and what the reads took since they last
+     * found the queue empty (wake_fetcher). */
+    uint64_t queue_bytes, run_bytes;
+    uint64_t queue_msgs, run_msgs;
 };
 
 /* Forget the partition left assigned and the messages taken past it. */
@@ -45,6 +51,7 @@ static void drop_assignment(sl_kafka_consumer_t *c)
     for (uint32_t i = c->stash_at; i < c->stash_n; i++)
         rd_kafka_message_destroy(c->stash[i]);
     c->stash_at = c->stash_n = 0;
+    c->run_bytes = c->run_msgs = 0;
     if (c->assigned) rd_kafka_assign(c->rk, NULL);
     c->assigned = false;
 }
@@ -121,6 +128,16 @@ sl_err_t sl_kafka_consumer_new(const sl_kafka_consumer_opts_t *o, sl_kafka_consu
         return sl_error_set(err, SL_ERR_INVALID, "kafka consumer: %s", es);
     }
     rd_kafka_poll_set_consumer(c->rk);
+    /* the thresholds as set (the job's properties or ours, or librdkafka's
+     * defaults): 0 (unknown) leaves the fetcher alone */
+    char v[32];
+    size_t vn = sizeof v;
+    if (rd_kafka_conf_get(rd_kafka_conf(c->rk), "queued.max.messages.kbytes", v, &vn) ==
+        RD_KAFKA_CONF_OK)
+        c->queue_bytes = strtoull(v, NULL, 10) * 1024;
+    vn = sizeof v;
+    if (rd_kafka_conf_get(rd_kafka_conf(c->rk), "queued.min.messages", v, &vn) == RD_KAFKA_CONF_OK)
+        c->queue_msgs = strtoull(v, NULL, 10);
     *out = c;
     return SL_OK;
 }
@@ -498,6 +515,41 @@ static sl_err_t take_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *p
     return rc;
 }
 
+/* librdkafka (2.0) stops fetching a partition while its queue holds
+ * queued.max.messages.kbytes or queued.min.messages, and decides again
+ * only when its broker thread wakes: at its next timer, up to a second
+ * later, as nothing the application does by consuming wakes it (2.1 made
+ * that wait fetch.queue.backoff.ms). A reader that fell behind, a stream
+ * at 100k records/s on shared cores, drained the queue in tens of ms and
+ * then waited the rest of that second for records already in the log: in
+ * `sluice demo --online` the partition went unfetchable 10 times in 10 s,
+ * for 190-1000 ms each, and the ages at the worker's read reached 2.5 s.
+ * So when a read finds the queue empty after taking, since it last found
+ * it so, at least half a threshold (the fetcher may have stopped), it
+ * seeks the partition to pos, the next offset it needs: a seek to an
+ * offset starts fetching there and wakes the broker thread (a pause and
+ * resume does not: the main thread handles those). What was queued or in
+ * flight is dropped and fetched again from pos (offsets below pos are
+ * skipped by take_message), so a wake that was not needed costs a fetch.
+ * Not while hold keeps the partition paused. */
+static void wake_fetcher(range_read_t *rr, int64_t pos)
+{
+    sl_kafka_consumer_t *c = rr->c;
+    bool full = (c->queue_bytes && c->run_bytes >= c->queue_bytes / 2) ||
+                (c->queue_msgs && c->run_msgs >= c->queue_msgs / 2);
+    c->run_bytes = c->run_msgs = 0;
+    if (!full || rr->paused || pos >= rr->o->to) return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (!l) return; /* out of memory: librdkafka's timer wakes it */
+    rd_kafka_topic_partition_list_add(l, rr->o->topic, rr->o->partition)->offset = pos;
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, l, 0); /* 0: asynchronous */
+    if (e)
+        rd_kafka_error_destroy(e);
+    else
+        rr->st->wakes++;
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
 sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
                              sl_kafka_read_stats_t *stats, sl_error_t *err)
 {
@@ -548,6 +600,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         if (held && rr.first_ms + o->linger_ms - now < (uint64_t)wait)
             wait = (int)(rr.first_ms + o->linger_ms - now);
         ssize_t got = 0;
+        bool drained = false;
         if (c->stash_at < c->stash_n) { /* what the last read took past its end */
             while (c->stash_at < c->stash_n)
                 ms[got++] = c->stash[c->stash_at++];
@@ -558,9 +611,16 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
              * waiting: consume_batch waits for its whole array or its
              * timeout, which would hold a slow stream's records back. */
             ms[0] = rd_kafka_consumer_poll(c->rk, wait > 0 ? wait : 1);
-            if (!ms[0]) continue;
+            if (!ms[0]) {
+                wake_fetcher(&rr, pos);
+                continue;
+            }
             got = rd_kafka_consume_batch_queue(q, 0, ms + 1, READ_BATCH - 1);
             got = got > 0 ? got + 1 : 1;
+            for (ssize_t k = 0; k < got; k++)
+                c->run_bytes += ms[k]->len + ms[k]->key_len;
+            c->run_msgs += (uint64_t)got;
+            drained = got < READ_BATCH; /* the queue is empty now */
         }
         now = sl_clock_ms();
         ssize_t i = 0;
@@ -588,6 +648,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
                 c->stash[c->stash_n++] = ms[i];
             else
                 rd_kafka_message_destroy(ms[i]);
+        if (drained && rc == SL_OK) wake_fetcher(&rr, pos);
     }
     /* o->to, or where yield ended the read */
     int64_t end = pos < o->to ? pos : o->to;
