@@ -369,6 +369,7 @@ typedef struct range_read {
      * of that handle is of the range's topic without a strcmp of its
      * name (one per message was 1 % of the reader's CPU). */
     const rd_kafka_topic_t *rkt;
+    const int64_t *pos; /* the read's position (sl_kafka_read_range's pos) */
 } range_read_t;
 
 /* Pause or resume the partition as o->hold (if any) wants it now
@@ -384,6 +385,14 @@ static void hold_check(range_read_t *rr, bool resume)
     rd_kafka_topic_partition_list_add(l, o->topic, o->partition);
     rd_kafka_resp_err_t e =
         want ? rd_kafka_pause_partitions(rr->c->rk, l) : rd_kafka_resume_partitions(rr->c->rk, l);
+    /* A resume alone is seen by librdkafka's broker thread at its next
+     * timer, up to a second later (wake_fetcher): a seek to the read's
+     * position starts the fetch at once. */
+    if (!e && !want && *rr->pos < o->to) {
+        l->elems[0].offset = *rr->pos;
+        rd_kafka_error_t *se = rd_kafka_seek_partitions(rr->c->rk, l, 0); /* asynchronous */
+        if (se) rd_kafka_error_destroy(se);
+    }
     rd_kafka_topic_partition_list_destroy(l);
     if (e) return;
     rr->paused = want;
@@ -578,9 +587,9 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             return kerr(err, e, "assign", o->topic, o->partition);
         }
     }
-    c->assigned = false; /* until this read ends well */
-    range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from};
+    c->assigned = false;   /* until this read ends well */
     int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
+    range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from, .pos = &pos};
     sl_err_t rc = SL_OK;
     rd_kafka_message_t *ms[READ_BATCH];
     while (rc == SL_OK && pos < o->to) {

@@ -436,7 +436,7 @@ Test(kafka_chunks, a_read_goes_on_where_the_last_one_ended)
 /* Back-pressure: a read whose hold says "pause" for its first 300 ms
  * pauses the partition once, reads nothing meanwhile (every record still
  * queued or unfetched), and after the resume reads the range to its end,
- * every record once. */
+ * every record once, without waiting for librdkafka's timer. */
 typedef struct held {
     kr_seen_t v; /* first: the stripe callback's context */
     double until;
@@ -493,6 +493,12 @@ Test(kafka_chunks, hold_pauses_the_partition_and_resumes_it)
     cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
     clock_gettime(CLOCK_MONOTONIC, &ts);
     cr_assert_geq((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0, 0.3);
+    double took = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0;
+    cr_log_info("held 0.3 s, read in %.3f s", took);
+    /* the resume starts the fetch at once (a seek), not at librdkafka's
+     * next one-second timer: 0.30-0.31 s here, 1.002 s without the seek */
+    cr_assert_lt(took, 0.3 + tu_timeout(0.6), "%.3f s: the fetch waited for librdkafka's timer",
+                 took);
     cr_assert_eq(st.pauses, 1);
     cr_assert_gt(h.asked_paused, 1, "asked again while paused");
     cr_assert_eq(h.stripes_while_paused, 0);
