@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -37,6 +38,11 @@ struct sl_kafka_consumer {
     int64_t next;
     rd_kafka_message_t *stash[READ_BATCH];
     uint32_t stash_at, stash_n;
+    /* librdkafka's prefetch thresholds (queued.max.messages.kbytes in
+     * bytes, queued.min.messages), and what the reads took since they last
+     * found the queue empty (wake_fetcher). */
+    uint64_t queue_bytes, run_bytes;
+    uint64_t queue_msgs, run_msgs;
 };
 
 /* Forget the partition left assigned and the messages taken past it. */
@@ -45,6 +51,7 @@ static void drop_assignment(sl_kafka_consumer_t *c)
     for (uint32_t i = c->stash_at; i < c->stash_n; i++)
         rd_kafka_message_destroy(c->stash[i]);
     c->stash_at = c->stash_n = 0;
+    c->run_bytes = c->run_msgs = 0;
     if (c->assigned) rd_kafka_assign(c->rk, NULL);
     c->assigned = false;
 }
@@ -121,6 +128,16 @@ sl_err_t sl_kafka_consumer_new(const sl_kafka_consumer_opts_t *o, sl_kafka_consu
         return sl_error_set(err, SL_ERR_INVALID, "kafka consumer: %s", es);
     }
     rd_kafka_poll_set_consumer(c->rk);
+    /* the thresholds as set (the job's properties or ours, or librdkafka's
+     * defaults): 0 (unknown) leaves the fetcher alone */
+    char v[32];
+    size_t vn = sizeof v;
+    if (rd_kafka_conf_get(rd_kafka_conf(c->rk), "queued.max.messages.kbytes", v, &vn) ==
+        RD_KAFKA_CONF_OK)
+        c->queue_bytes = strtoull(v, NULL, 10) * 1024;
+    vn = sizeof v;
+    if (rd_kafka_conf_get(rd_kafka_conf(c->rk), "queued.min.messages", v, &vn) == RD_KAFKA_CONF_OK)
+        c->queue_msgs = strtoull(v, NULL, 10);
     *out = c;
     return SL_OK;
 }
@@ -346,6 +363,13 @@ typedef struct range_read {
      * record came since: only then may yield end the read there (never on
      * a guess that nothing more is there: the offsets below were consumed). */
     bool at_end;
+    /* The topic handle of the range's topic, once a message showed it:
+     * librdkafka keeps one handle per topic name in a client, and the
+     * assignment holds a reference to it for the whole read, so a message
+     * of that handle is of the range's topic without a strcmp of its
+     * name (one per message was 1 % of the reader's CPU). */
+    const rd_kafka_topic_t *rkt;
+    const int64_t *pos; /* the read's position (sl_kafka_read_range's pos) */
 } range_read_t;
 
 /* Pause or resume the partition as o->hold (if any) wants it now
@@ -361,6 +385,14 @@ static void hold_check(range_read_t *rr, bool resume)
     rd_kafka_topic_partition_list_add(l, o->topic, o->partition);
     rd_kafka_resp_err_t e =
         want ? rd_kafka_pause_partitions(rr->c->rk, l) : rd_kafka_resume_partitions(rr->c->rk, l);
+    /* A resume alone is seen by librdkafka's broker thread at its next
+     * timer, up to a second later (wake_fetcher): a seek to the read's
+     * position starts the fetch at once. */
+    if (!e && !want && *rr->pos < o->to) {
+        l->elems[0].offset = *rr->pos;
+        rd_kafka_error_t *se = rd_kafka_seek_partitions(rr->c->rk, l, 0); /* asynchronous */
+        if (se) rd_kafka_error_destroy(se);
+    }
     rd_kafka_topic_partition_list_destroy(l);
     if (e) return;
     rr->paused = want;
@@ -394,11 +426,15 @@ static void record_of(const rd_kafka_message_t *m, sl_kafka_record_t *rec)
     if (tt == RD_KAFKA_TIMESTAMP_CREATE_TIME) rec->create_ms = ts;
     rd_kafka_headers_t *h = NULL;
     if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR || !h) return;
+    /* One pass over the headers: rd_kafka_header_get(name, i) looks for
+     * the i-th of a name from the first header on, a strlen and strcmp of
+     * each, twice a record for its one header. */
+    const char *name;
     const void *v;
     size_t n;
-    for (size_t i = 0;
-         rd_kafka_header_get(h, i, SL_KAFKA_FORMAT_HEADER, &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (size_t i = 0; rd_kafka_header_get_all(h, i, &name, &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR;
          i++) {
+        if (strcmp(name, SL_KAFKA_FORMAT_HEADER) != 0) continue;
         if (rec->format_headers++ == 0) {
             rec->format = v ? v : "";
             rec->format_len = v ? n : 0;
@@ -423,19 +459,24 @@ static void bad_record(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *
     o->bad_record(o->ctx, &r);
 }
 
-/* One message of the range's partition into the read (*pos: the
- * consumer's position, every offset below was read or a gap). */
-static bool ours(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *m)
+/* Whether m is of the range's partition (its topic by handle, once one
+ * message matched by name). */
+static bool ours(range_read_t *rr, const rd_kafka_message_t *m)
 {
-    return m->rkt && m->partition == o->partition &&
-           strcmp(rd_kafka_topic_name(m->rkt), o->topic) == 0;
+    if (!m->rkt || m->partition != rr->o->partition) return false;
+    if (m->rkt == rr->rkt) return true;
+    if (strcmp(rd_kafka_topic_name(m->rkt), rr->o->topic) != 0) return false;
+    rr->rkt = m->rkt;
+    return true;
 }
 
+/* One message of the range's partition into the read (*pos: the
+ * consumer's position, every offset below was read or a gap). */
 static sl_err_t take_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *pos, uint64_t now_ms,
                              sl_error_t *err)
 {
     const sl_kafka_read_opts_t *o = rr->o;
-    bool mine = ours(o, m);
+    bool mine = ours(rr, m);
     if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
         /* the log ends at m->offset: offsets from pos up to it that came
          * as no record were gaps (markers, aborted records) */
@@ -483,6 +524,41 @@ static sl_err_t take_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *p
     return rc;
 }
 
+/* librdkafka (2.0) stops fetching a partition while its queue holds
+ * queued.max.messages.kbytes or queued.min.messages, and decides again
+ * only when its broker thread wakes: at its next timer, up to a second
+ * later, as nothing the application does by consuming wakes it (2.1 made
+ * that wait fetch.queue.backoff.ms). A reader that fell behind, a stream
+ * at 100k records/s on shared cores, drained the queue in tens of ms and
+ * then waited the rest of that second for records already in the log: in
+ * `sluice demo --online` the partition went unfetchable 10 times in 10 s,
+ * for 190-1000 ms each, and the ages at the worker's read reached 2.5 s.
+ * So when a read finds the queue empty after taking, since it last found
+ * it so, at least half a threshold (the fetcher may have stopped), it
+ * seeks the partition to pos, the next offset it needs: a seek to an
+ * offset starts fetching there and wakes the broker thread (a pause and
+ * resume does not: the main thread handles those). What was queued or in
+ * flight is dropped and fetched again from pos (offsets below pos are
+ * skipped by take_message), so a wake that was not needed costs a fetch.
+ * Not while hold keeps the partition paused. */
+static void wake_fetcher(range_read_t *rr, int64_t pos)
+{
+    sl_kafka_consumer_t *c = rr->c;
+    bool full = (c->queue_bytes && c->run_bytes >= c->queue_bytes / 2) ||
+                (c->queue_msgs && c->run_msgs >= c->queue_msgs / 2);
+    c->run_bytes = c->run_msgs = 0;
+    if (!full || rr->paused || pos >= rr->o->to) return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (!l) return; /* out of memory: librdkafka's timer wakes it */
+    rd_kafka_topic_partition_list_add(l, rr->o->topic, rr->o->partition)->offset = pos;
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, l, 0); /* 0: asynchronous */
+    if (e)
+        rd_kafka_error_destroy(e);
+    else
+        rr->st->wakes++;
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
 sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
                              sl_kafka_read_stats_t *stats, sl_error_t *err)
 {
@@ -511,9 +587,9 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             return kerr(err, e, "assign", o->topic, o->partition);
         }
     }
-    c->assigned = false; /* until this read ends well */
-    range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from};
+    c->assigned = false;   /* until this read ends well */
     int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
+    range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from, .pos = &pos};
     sl_err_t rc = SL_OK;
     rd_kafka_message_t *ms[READ_BATCH];
     while (rc == SL_OK && pos < o->to) {
@@ -533,6 +609,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         if (held && rr.first_ms + o->linger_ms - now < (uint64_t)wait)
             wait = (int)(rr.first_ms + o->linger_ms - now);
         ssize_t got = 0;
+        bool drained = false;
         if (c->stash_at < c->stash_n) { /* what the last read took past its end */
             while (c->stash_at < c->stash_n)
                 ms[got++] = c->stash[c->stash_at++];
@@ -543,16 +620,23 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
              * waiting: consume_batch waits for its whole array or its
              * timeout, which would hold a slow stream's records back. */
             ms[0] = rd_kafka_consumer_poll(c->rk, wait > 0 ? wait : 1);
-            if (!ms[0]) continue;
+            if (!ms[0]) {
+                wake_fetcher(&rr, pos);
+                continue;
+            }
             got = rd_kafka_consume_batch_queue(q, 0, ms + 1, READ_BATCH - 1);
             got = got > 0 ? got + 1 : 1;
+            for (ssize_t k = 0; k < got; k++)
+                c->run_bytes += ms[k]->len + ms[k]->key_len;
+            c->run_msgs += (uint64_t)got;
+            drained = got < READ_BATCH; /* the queue is empty now */
         }
         now = sl_clock_ms();
         ssize_t i = 0;
         for (; i < got && rc == SL_OK && pos < o->to; i++) {
             const rd_kafka_message_t *m = ms[i];
             if ((!m->err || m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) && m->offset >= o->to &&
-                ours(o, m)) {
+                ours(&rr, m)) {
                 /* A record past the range, or the log's end past it: every
                  * offset of the range is behind us. The message is the
                  * next read's too (a read that goes on needs the record,
@@ -562,13 +646,18 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             }
             rc = take_message(&rr, ms[i], &pos, now, err);
             rd_kafka_message_destroy(ms[i]);
-            hold_check(&rr, false); /* as often as before batches: a message each */
+            /* every 16 messages (and at each poll and stripe): a look
+             * is four atomic loads through the callback, 3 % of the
+             * reader's CPU a message each; the memory budget bounds
+             * memory either way, a pause only stops fetching */
+            if ((i & 15) == 15) hold_check(&rr, false);
         }
         for (; i < got; i++) /* past the range: the next read's; after a failure: none's */
             if (rc == SL_OK)
                 c->stash[c->stash_n++] = ms[i];
             else
                 rd_kafka_message_destroy(ms[i]);
+        if (drained && rc == SL_OK) wake_fetcher(&rr, pos);
     }
     /* o->to, or where yield ended the read */
     int64_t end = pos < o->to ? pos : o->to;

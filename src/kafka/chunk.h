@@ -121,6 +121,9 @@ typedef struct sl_kafka_read_stats {
     uint64_t stripes; /* handed to the callback with rows */
     uint64_t empty;   /* ... without rows (gaps, bad records only) */
     uint64_t pauses;  /* times the partition was paused (hold) */
+    /* times the fetcher was woken after the read drained a queue that had
+     * reached librdkafka's thresholds (chunk.c, wake_fetcher) */
+    uint64_t wakes;
     /* The offset the read covered up to: the stripes tile [from, end).
      * o->to, or less when yield ended the read at the partition's end. */
     int64_t end;

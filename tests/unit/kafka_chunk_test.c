@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../kafka_records.h"
@@ -435,7 +436,7 @@ Test(kafka_chunks, a_read_goes_on_where_the_last_one_ended)
 /* Back-pressure: a read whose hold says "pause" for its first 300 ms
  * pauses the partition once, reads nothing meanwhile (every record still
  * queued or unfetched), and after the resume reads the range to its end,
- * every record once. */
+ * every record once, without waiting for librdkafka's timer. */
 typedef struct held {
     kr_seen_t v; /* first: the stripe callback's context */
     double until;
@@ -492,6 +493,12 @@ Test(kafka_chunks, hold_pauses_the_partition_and_resumes_it)
     cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
     clock_gettime(CLOCK_MONOTONIC, &ts);
     cr_assert_geq((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0, 0.3);
+    double took = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0;
+    cr_log_info("held 0.3 s, read in %.3f s", took);
+    /* the resume starts the fetch at once (a seek), not at librdkafka's
+     * next one-second timer: 0.30-0.31 s here, 1.002 s without the seek */
+    cr_assert_lt(took, 0.3 + tu_timeout(0.6), "%.3f s: the fetch waited for librdkafka's timer",
+                 took);
     cr_assert_eq(st.pauses, 1);
     cr_assert_gt(h.asked_paused, 1, "asked again while paused");
     cr_assert_eq(h.stripes_while_paused, 0);
@@ -509,6 +516,61 @@ Test(kafka_chunks, hold_pauses_the_partition_and_resumes_it)
     o.hold = NULL;
     cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(h.v.next, 200);
+    sl_kafka_rows_destroy(rows);
+    sl_wh_schema_destroy(schema);
+    sl_kafka_consumer_destroy(c);
+    mock_stop(&m);
+}
+
+/* librdkafka stops fetching while its queue holds queued.min.messages
+ * and fetches again at its broker thread's next timer, up to a second
+ * later: a read that drains such a queue wakes it (chunk.c, wake_fetcher).
+ * 1500 records in producer batches of 10, fetched a batch at a time into
+ * a queue of at most 20 messages: the fetcher stops about every other
+ * fetch. Every record is read once; the read wakes the fetcher and takes
+ * far less than the 75 timer ticks (of up to 1 s) it would have waited. */
+Test(kafka_chunks, a_read_that_drains_a_full_queue_wakes_the_fetcher)
+{
+    mock_t m;
+    mock_start(&m, "full", 1);
+    for (uint64_t id = 0; id < 1500; id++) {
+        kr_produce(m.producer, "full", 0, id, id % 5);
+        if (id % 10 == 9) kr_flush(m.producer, (int)(tu_timeout(10) * 1000));
+    }
+    const char *props[] = {"log_level",           "0",  "fetch.wait.max.ms",         "20",
+                           "queued.min.messages", "20", "max.partition.fetch.bytes", "1"};
+    sl_kafka_consumer_opts_t co = {
+        .brokers = m.bootstraps, .group_id = "sluice-test", .props = props, .num_props = 4};
+    sl_kafka_consumer_t *c = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_kafka_consumer_new(&co, &c, &err), SL_OK, "%s", err.msg);
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    static kr_seen_t v;
+    memset(&v, 0, sizeof v);
+    sl_kafka_read_opts_t o = {.topic = "full",
+                              .partition = 0,
+                              .from = 0,
+                              .to = 1500,
+                              .batch_rows = 64,
+                              .linger_ms = 60000,
+                              .rows = rows,
+                              .stripe = kr_on_stripe,
+                              .ctx = &v};
+    sl_kafka_read_stats_t st = {0};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    cr_log_info("1500 records in %.2f s, %llu wakes", took, (unsigned long long)st.wakes);
+    cr_assert_eq(st.records, 1500);
+    cr_assert_eq(v.next, 1500);
+    for (uint64_t id = 0; id < 1500; id++)
+        cr_assert_eq(v.seen[id], 1u, "sample %lu delivered %u times", (unsigned long)id,
+                     v.seen[id]);
+    cr_assert_gt(st.wakes, 0);
+    cr_assert_lt(took, tu_timeout(20), "%.2f s: the fetcher waited for its timer", took);
     sl_kafka_rows_destroy(rows);
     sl_wh_schema_destroy(schema);
     sl_kafka_consumer_destroy(c);
