@@ -5,7 +5,9 @@
  * epochs, fused and transform-thread paths); clients with it on and off
  * read from one worker at once, each sample once per epoch; a heap too
  * small for the read-ahead falls back per frame and still delivers every
- * sample once per epoch. */
+ * sample once per epoch. A trainer that reads frames in place (zero copy)
+ * reads the same bytes as one that copies them out, and every block it
+ * held is freed. */
 #include <criterion/criterion.h>
 
 #include <pthread.h>
@@ -113,6 +115,13 @@ static void run_one(const sl_pipeline_job_t *job, sl_worker_opts_t o, bool shm, 
     sl_trainer_close(t);
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    /* the releases (and the hold's end) the close sent may still be on
+     * their way: a bounded wait for the heap to empty, then the check */
+    for (double s = 0, until = tu_timeout(5); s < until; s += 0.005) {
+        sl_worker_stats(w, st);
+        if (st->shm_used == 0) break;
+        usleep(5000);
+    }
     sl_worker_stats(w, st);
     sl_worker_destroy(w);
 }
@@ -141,6 +150,9 @@ static void same_as_over_the_socket(bool no_fused)
     cr_assert_eq(ws.server.shm_batches, batches);
     cr_assert_eq(ws.server.shm_bytes, ws.server.bytes_sent);
     cr_assert_eq(ws.server.shm_attached, 1);
+    /* read in place (zero copy): every block held past its ACK, then let go */
+    cr_assert_eq(ws.server.shm_held, batches);
+    cr_assert_eq(ws.server.shm_released + ws.server.shm_held_freed, batches);
     cr_assert_eq(ws.shm_fallbacks, 0);
     cr_assert_eq(ws.shm_used, 0, "every block freed once acknowledged");
     cr_assert_eq(ws.shm_capacity, ws.memory_limit / 2);
@@ -164,6 +176,37 @@ Test(worker_shm, fused_batches_the_same_as_over_the_socket)
 Test(worker_shm, transformed_batches_the_same_as_over_the_socket)
 {
     same_as_over_the_socket(true);
+}
+
+/* $SLUICE_TRAINER_SHM_COPY=1: the client copies each frame out of the heap
+ * (the worker frees it on the ACK) and reads the same bytes as one that
+ * reads them in place. */
+Test(worker_shm, read_in_place_the_same_as_copied_out)
+{
+    sl_pipeline_job_t *job = gen_job();
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    got_t *held = calloc(1, sizeof *held), *copied = calloc(1, sizeof *copied);
+    sl_worker_stats_t wh, wc;
+    run_one(job, o, true, held, &wh);
+    setenv("SLUICE_TRAINER_SHM_COPY", "1", 1);
+    run_one(job, o, true, copied, &wc);
+    unsetenv("SLUICE_TRAINER_SHM_COPY");
+    expect_once_per_epoch(held->seen);
+    expect_once_per_epoch(copied->seen);
+    cr_assert_eq(memcmp(held->digest, copied->digest, sizeof held->digest), 0,
+                 "every sample's bytes are the same both ways");
+    const uint64_t batches = EPOCHS * ROWS / BATCH;
+    cr_assert_eq(held->st.batches_shm, batches);
+    cr_assert_eq(copied->st.batches_shm, batches);
+    cr_assert_eq(wh.server.shm_held, batches);
+    cr_assert_eq(wc.server.shm_held, 0, "a copying client holds nothing");
+    cr_assert_eq(wc.server.shm_released, 0);
+    cr_assert_eq(wh.shm_used, 0);
+    cr_assert_eq(wc.shm_used, 0);
+    free(held);
+    free(copied);
+    sl_pipeline_job_destroy(job);
 }
 
 typedef struct reader {

@@ -42,9 +42,10 @@ typedef struct peer {
     char error[512];
 } peer_t;
 
-static bool nonce_ok(void *ctx, const uint8_t nonce[SL_RPC_SHM_NONCE_BYTES])
+/* This peer never grants a hold: the client copies frames out. */
+static int nonce_ok(void *ctx, const uint8_t nonce[SL_RPC_SHM_NONCE_BYTES])
 {
-    return memcmp(ctx, nonce, SL_RPC_SHM_NONCE_BYTES) == 0;
+    return memcmp(ctx, nonce, SL_RPC_SHM_NONCE_BYTES) == 0 ? 0 : -1;
 }
 
 static void *peer_main(void *arg)
