@@ -74,6 +74,10 @@ uint32_t tr_shm_take(tr_shm_t *m, uint64_t *out, uint32_t cap)
     if (!m) return 0;
     sl_mutex_lock(&m->mu);
     uint32_t n = m->nrel < cap ? m->nrel : cap;
+    if (n == 0) { /* rel may be NULL: nothing released yet */
+        sl_mutex_unlock(&m->mu);
+        return 0;
+    }
     memcpy(out, m->rel, (size_t)n * sizeof *out);
     memmove(m->rel, m->rel + n, (size_t)(m->nrel - n) * sizeof *m->rel);
     m->nrel -= n;

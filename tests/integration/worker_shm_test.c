@@ -103,6 +103,19 @@ static void expect_once_per_epoch(const uint8_t *seen)
                          seen[e * ROWS + i]);
 }
 
+/* The worker's stats once its heap is empty, or after a bounded wait: the
+ * releases a trainer's close sent (and its hold's end) may still be on
+ * their way when the worker counts the last ACK. */
+static void settled_stats(sl_worker_t *w, sl_worker_stats_t *st)
+{
+    for (double s = 0, until = tu_timeout(5); s < until; s += 0.005) {
+        sl_worker_stats(w, st);
+        if (st->shm_used == 0) return;
+        usleep(5000);
+    }
+    sl_worker_stats(w, st);
+}
+
 /* One worker (opts o), one trainer; what it got into g, the worker's
  * stats into st. */
 static void run_one(const sl_pipeline_job_t *job, sl_worker_opts_t o, bool shm, got_t *g,
@@ -115,14 +128,7 @@ static void run_one(const sl_pipeline_job_t *job, sl_worker_opts_t o, bool shm, 
     sl_trainer_close(t);
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
-    /* the releases (and the hold's end) the close sent may still be on
-     * their way: a bounded wait for the heap to empty, then the check */
-    for (double s = 0, until = tu_timeout(5); s < until; s += 0.005) {
-        sl_worker_stats(w, st);
-        if (st->shm_used == 0) break;
-        usleep(5000);
-    }
-    sl_worker_stats(w, st);
+    settled_stats(w, st);
     sl_worker_destroy(w);
 }
 
@@ -242,7 +248,7 @@ static sl_worker_stats_t two_trainers(uint64_t heap_bytes, got_t *on, got_t *off
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
     sl_worker_stats_t st;
-    sl_worker_stats(w, &st);
+    settled_stats(w, &st);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     uint8_t *seen = calloc(EPOCHS, ROWS);
@@ -293,7 +299,7 @@ Test(worker_shm, a_full_heap_falls_back_per_frame)
     sl_trainer_close(t);
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
-    sl_worker_stats(w, &st);
+    settled_stats(w, &st);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     expect_once_per_epoch(g->seen);
