@@ -8,8 +8,8 @@
  * never a crash; with shm off the client's HELLO does not ask. Granted a
  * hold, the client reads the frame in place (zero copy): the batch is
  * read-only, byte for byte the frame, releases its delivery id when
- * destroyed, stays valid after the client closes and keeps the hold
- * socket open until then; a hostile descriptor is refused as before. */
+ * destroyed, stays valid after the client closes (and the worker's heap
+ * is gone) and keeps the hold socket open until then; a hostile descriptor is refused as before. */
 #include <criterion/criterion.h>
 
 #include <stdlib.h>
@@ -330,7 +330,7 @@ Test(trainer_shm, a_held_descriptor_is_read_in_place_and_released)
     sl_batch_destroy(want);
 }
 
-Test(trainer_shm, a_held_batch_outlives_its_client_and_keeps_the_hold)
+Test(trainer_shm, a_held_batch_outlives_its_client_and_worker_and_keeps_the_hold)
 {
     unsetenv("SLUICE_TRAINER_SHM");
     unsetenv("SLUICE_TRAINER_SHM_COPY");
@@ -345,13 +345,16 @@ Test(trainer_shm, a_held_batch_outlives_its_client_and_keeps_the_hold)
     cr_assert_eq(p.nreleased, 0, "nothing released while the batch lives");
     cr_assert_not(hold_ended(p.hold_fd, 50), "the hold stays while the batch lives");
     expect_same_frame(want, b); /* still readable, the same bytes */
+    /* the worker goes (its heap unmapped, its memfd closed): the client's
+     * mapping keeps the pages */
+    sl_shm_heap_free(p.heap, p.frame);
+    sl_shm_heap_destroy(p.heap);
+    expect_same_frame(want, b);
     sl_batch_destroy(b);
     cr_assert(hold_ended(p.hold_fd, (int)(tu_timeout(5) * 1000)), "the last batch ends the hold");
     close(p.hold_fd);
     p.hold_fd = -1;
     close(p.lfd);
-    sl_shm_heap_free(p.heap, p.frame);
-    sl_shm_heap_destroy(p.heap);
     sl_batch_destroy(want);
 }
 
