@@ -7,7 +7,8 @@
  * the ACK, until it releases some; a client holding the whole heap makes
  * the worker's frames fall back to private memory and go as payloads (the
  * heap never grows, nothing waits for ever); a release of an id the
- * worker never sent is an ERROR naming it. */
+ * worker never sent is an ERROR naming it; a block handed out whose ACK
+ * never came stays under the hold when the batch is sent again. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -279,5 +280,44 @@ Test(server_shm_hold, a_release_of_an_id_never_sent_is_an_error)
     const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f.msg;
     cr_assert_str_eq(e->message, "release of delivery id 999, which this worker never sent");
     sl_rpc_frame_free(&f);
+    rig_stop(&r);
+}
+
+/* A batch handed out whose ACK never came (the connection died first): the
+ * worker sends it again, and its block stays under the first client's
+ * hold after the second client's ACK, until that hold ends. */
+Test(server_shm_hold, a_redelivered_block_stays_under_the_first_hold)
+{
+    rig_t r;
+    rig_start(&r, 64 << 10, 0, true);
+    sp_request(r.fd, 1, true);
+    push(&r, 5000, 0x81);
+    got_t a = next(&r, 5000, 0x81);
+    cr_assert(a.by_shm);
+    close(r.fd); /* no ACK: the batch goes back to the queue */
+    r.fd = sp_connect(r.port);
+    Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
+    h.protocol_version = SL_RPC_VERSION;
+    h.world_size = 1;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_send(r.fd, SL_RPC_HELLO, &h.base, NULL, 0, &err), SL_OK, "%s", err.msg);
+    sl_rpc_frame_t f = {0};
+    cr_assert_eq(sl_rpc_recv(r.fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_WELCOME);
+    sl_rpc_frame_free(&f);
+    sp_request(r.fd, 1, false);
+    got_t b = next(&r, 5000, 0x81); /* again, as a payload to this client */
+    cr_assert_not(b.by_shm);
+    ack(&r, b.id, NULL, 0);
+    wait_for(&r, 1, 1); /* acknowledged by the second, the block kept by the first's hold */
+    stays(&r, 1, 50);
+    for (size_t i = 0; i < 5000; i++)
+        cr_assert_eq(a.at[i], 0x81, "byte %zu still the frame's", i);
+    sl_worker_server_stats_t st = stats(&r);
+    cr_assert_eq(st.redeliveries, 1);
+    cr_assert_eq(st.shm_held, 1);
+    sl_rpc_shm_detach(&r.map); /* the first client unmaps: the block goes */
+    wait_for(&r, 0, 1);
+    cr_assert_eq(stats(&r).shm_held_freed, 1);
     rig_stop(&r);
 }
