@@ -80,10 +80,12 @@ typedef struct sl_trainer_opts {
     const char *metrics_address;
     /* Take batches from workers on this host through shared memory
      * (docs/PROTOCOL.md "Shared-memory hand-over"): the client maps the
-     * worker's frame heap read-only and copies each batch out of it instead
-     * of reading it from the socket; where that cannot work (another host
-     * or network namespace, another uid) it stays on the socket. On unless
-     * no_shm, or $SLUICE_TRAINER_SHM is "0". */
+     * worker's frame heap read-only and decodes each batch in place there
+     * (zero copy: such a batch is read_only, and its block goes back to the
+     * worker when the batch is freed; $SLUICE_TRAINER_SHM_COPY=1 copies it
+     * out instead) rather than reading it from the socket; where that cannot
+     * work (another host or network namespace, another uid) it stays on the
+     * socket. On unless no_shm, or $SLUICE_TRAINER_SHM is "0". */
     bool no_shm;
 } sl_trainer_opts_t;
 
@@ -118,7 +120,10 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
  * SL_ERR_TIMEOUT. */
 sl_err_t sl_trainer_timeout_error(sl_trainer_t *t, int waited_ms, sl_error_t *err);
 
-/* Free a batch from sl_trainer_next; batch may be NULL. */
+/* Free a batch from sl_trainer_next; batch may be NULL. A batch read in
+ * place in a worker's shared memory gives its block back to the worker
+ * here. Any batch may be freed after sl_trainer_close, and stays valid
+ * until then whatever happens to its connection or worker. */
 void sl_trainer_release(sl_trainer_t *t, sl_batch_t *batch);
 
 /* Freshness histogram buckets (sl_trainer_stats_t.freshness_buckets):

@@ -14,6 +14,15 @@ released when the last of them and the Batch are gone. batch.release() (or
 leaving a `with batch:` block) gives it back at once when nothing made from
 it is alive any more, otherwise as soon as the last array goes; either way
 the Batch object itself can no longer be read.
+
+A batch from a worker on the same host is read in place in the worker's
+shared memory (zero copy, docs/PROTOCOL.md "Shared-memory hand-over"): its
+arrays are read-only (batch.read_only), and its block goes back to the
+worker when the C batch is released as above. Arrays and tensors made from
+it stay valid after the client closes or the worker goes. Writing into
+them: copy first (np.array(a), tensor.clone()); $SLUICE_TRAINER_SHM_COPY=1
+makes the client copy every frame out instead (writable, as over the
+socket).
 """
 
 import ctypes
@@ -58,7 +67,9 @@ class _View:
         self.owner = owner
         self.__array_interface__ = {
             "version": 3,
-            "data": (addr, False),
+            # a batch read in place in the worker's shared memory is mapped
+            # read-only: its arrays say so (a write raises, never faults)
+            "data": (addr, owner._read_only),
             "shape": shape,
             "typestr": typestr,
         }
@@ -278,6 +289,7 @@ class Batch:
         self._released = False
         self._live = 0  # arrays alive that point into the batch (see _View)
         b = bptr.contents
+        self._read_only = bool(b.read_only)
         self.batch_size = int(b.batch_size)
         self.dense_names = _strings(b.dense.names, b.dense.cols)
         self.label_names = _strings(b.labels.names, b.labels.cols)
@@ -390,6 +402,12 @@ class Batch:
     @property
     def released(self) -> bool:
         return self._released
+
+    @property
+    def read_only(self) -> bool:
+        """The arrays are views of the worker's shared memory (zero copy):
+        read-only."""
+        return self._read_only
 
     def release(self) -> None:
         """Give the C batch back: now when no array made from it is alive,

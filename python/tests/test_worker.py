@@ -262,3 +262,42 @@ def test_a_second_epoch_of_a_finished_job_is_an_error_not_empty(worker):
     with pytest.raises(sluice.SluiceError, match="the job has no more data"):
         for _ in loader:
             pass
+
+
+def test_read_in_place_is_read_only_and_outlives_the_client(worker, monkeypatch):
+    """A worker on this host hands its frames over in shared memory, read
+    in place (zero copy): the arrays are read-only views, a write raises
+    (never faults), and they stay valid after the client closes; with
+    $SLUICE_TRAINER_SHM_COPY=1 the client copies each frame out and the
+    arrays are writable."""
+    c = client(worker())
+    b = c.next()
+    assert b.read_only
+    dense, ids = b.dense, b.sample_ids
+    assert not dense.flags.writeable and not ids.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        dense[0, 0] = 1.0
+    saved_dense, saved_ids = dense.copy(), ids.copy()
+    t = batch_to_torch(b)
+    assert t["dense"].data_ptr() == dense.__array_interface__["data"][0]
+    st = c.stats()
+    assert st["batches_shm"] >= 1 and st["batches_socket"] == 0
+    del b
+    c.close()
+    gc.collect()
+    # the bytes (dense values may be NaN)
+    assert dense.tobytes() == saved_dense.tobytes()
+    assert ids.tobytes() == saved_ids.tobytes()
+    assert t["dense"].numpy().tobytes() == saved_dense.tobytes()
+
+    monkeypatch.setenv("SLUICE_TRAINER_SHM_COPY", "1")
+    with client(worker(name="copy")) as c2:
+        b2 = c2.next()
+        assert not b2.read_only
+        d2 = b2.dense
+        assert d2.flags.writeable
+        d2[0, 0] = 1.0
+        assert d2[0, 0] == 1.0
+        assert c2.stats()["batches_shm"] >= 1
+        del d2
+        b2.release()

@@ -235,6 +235,16 @@ const sl_metric_def_t sl_metric_defs[SL_M_COUNT] = {
     [SL_M_WORKER_SHM_REFUSED_TOTAL] = {"sluice_worker_shm_refused_total", "counter", "job",
                                        "Requests for the frame heap's descriptor refused: another "
                                        "uid, an unknown nonce, malformed or too slow."},
+    [SL_M_WORKER_SHM_HELD_TOTAL] =
+        {"sluice_worker_shm_held_total", "counter", "job",
+         "Frame heap blocks kept past their ACK for trainers that read batches in place (zero "
+         "copy)."},
+    [SL_M_WORKER_SHM_RELEASED_TOTAL] = {"sluice_worker_shm_released_total", "counter", "job",
+                                        "Held frame heap blocks the trainer released."},
+    [SL_M_WORKER_SHM_HELD_FREED_TOTAL] =
+        {"sluice_worker_shm_held_freed_total", "counter", "job",
+         "Held frame heap blocks freed because the trainer's hold ended (it unmapped the heap, or "
+         "died)."},
     [SL_M_WORKER_SHM_CAPACITY_BYTES] =
         {"sluice_worker_shm_capacity_bytes", "gauge", "job",
          "Size of the shared-memory frame heap (0: none, --no-shm)."},

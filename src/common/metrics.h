@@ -100,6 +100,9 @@
     X(WORKER_SHM_FALLBACKS_TOTAL)                                                                  \
     X(WORKER_SHM_ATTACHED_TOTAL)                                                                   \
     X(WORKER_SHM_REFUSED_TOTAL)                                                                    \
+    X(WORKER_SHM_HELD_TOTAL)                                                                       \
+    X(WORKER_SHM_RELEASED_TOTAL)                                                                   \
+    X(WORKER_SHM_HELD_FREED_TOTAL)                                                                 \
     X(WORKER_SHM_CAPACITY_BYTES)                                                                   \
     X(WORKER_SHM_USED_BYTES)                                                                       \
     X(WORKER_REDELIVERIES_TOTAL)                                                                   \

@@ -147,13 +147,14 @@ sl_err_t sl_rpc_shm_listen(char name[SL_RPC_SHM_NAME_MAX], int *fd, sl_error_t *
     return SL_OK;
 }
 
-static sl_err_t reply(int cfd, sl_err_t status, int memfd, uint64_t size, uint64_t deadline_ms,
-                      sl_error_t *err)
+static sl_err_t reply(int cfd, sl_err_t status, uint32_t flags, int memfd, uint64_t size,
+                      uint64_t deadline_ms, sl_error_t *err)
 {
     uint8_t out[REPLY_BYTES] = {0};
     memcpy(out, SL_RPC_SHM_MAGIC, 4);
     sl_le_put_u32(out + 4, SL_RPC_SHM_VERSION);
     sl_le_put_u32(out + 8, (uint32_t)(int32_t)status);
+    sl_le_put_u32(out + 12, flags);
     sl_le_put_u64(out + 16, size);
     return write_all(cfd, out, sizeof out, status == SL_OK ? memfd : -1, deadline_ms, err);
 }
@@ -166,7 +167,7 @@ sl_err_t sl_rpc_shm_serve(int cfd, uint64_t deadline_ms, sl_rpc_shm_check_fn che
     if (getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
         return sl_error_set(err, SL_ERR_IO, "SO_PEERCRED: %s", strerror(errno));
     if (cred.uid != geteuid()) {
-        reply(cfd, SL_ERR_INVALID, -1, 0, deadline_ms, NULL);
+        reply(cfd, SL_ERR_INVALID, 0, -1, 0, deadline_ms, NULL);
         return sl_error_set(err, SL_ERR_INVALID, "refused pid %d: uid %u is not this worker's %u",
                             (int)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
     }
@@ -174,16 +175,17 @@ sl_err_t sl_rpc_shm_serve(int cfd, uint64_t deadline_ms, sl_rpc_shm_check_fn che
     sl_err_t rc = read_all(cfd, in, sizeof in, NULL, deadline_ms, err);
     if (rc != SL_OK) return sl_error_prefix(err, "pid %d: request: ", (int)cred.pid);
     if (memcmp(in, SL_RPC_SHM_MAGIC, 4) != 0 || sl_le_get_u32(in + 4) != SL_RPC_SHM_VERSION) {
-        reply(cfd, SL_ERR_PROTOCOL, -1, 0, deadline_ms, NULL);
+        reply(cfd, SL_ERR_PROTOCOL, 0, -1, 0, deadline_ms, NULL);
         return sl_error_set(err, SL_ERR_PROTOCOL, "pid %d: not a version %d shared-memory request",
                             (int)cred.pid, SL_RPC_SHM_VERSION);
     }
-    if (!check(ctx, in + 8)) {
-        reply(cfd, SL_ERR_INVALID, -1, 0, deadline_ms, NULL);
+    int flags = check(ctx, in + 8);
+    if (flags < 0) {
+        reply(cfd, SL_ERR_INVALID, 0, -1, 0, deadline_ms, NULL);
         return sl_error_set(err, SL_ERR_INVALID,
                             "refused pid %d: its nonce is no waiting connection's", (int)cred.pid);
     }
-    rc = reply(cfd, SL_OK, memfd, size, deadline_ms, err);
+    rc = reply(cfd, SL_OK, (uint32_t)flags, memfd, size, deadline_ms, err);
     if (rc != SL_OK) return sl_error_prefix(err, "pid %d: reply: ", (int)cred.pid);
     return SL_OK;
 }
@@ -217,7 +219,8 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
     int memfd = -1;
     sl_err_t rc = write_all(s, req, sizeof req, -1, deadline_ms, err);
     if (rc == SL_OK) rc = read_all(s, in, sizeof in, &memfd, deadline_ms, err);
-    close(s);
+    bool hold = rc == SL_OK && (sl_le_get_u32(in + 12) & SL_RPC_SHM_HOLD);
+    if (!hold) close(s);
     if (rc != SL_OK) {
         if (memfd >= 0) close(memfd);
         return sl_error_prefix(err, "shared memory @%s: ", name);
@@ -233,6 +236,7 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
         rc = sl_error_set(err, SL_ERR_PROTOCOL, "shared memory @%s: no descriptor came", name);
     if (rc != SL_OK) {
         if (memfd >= 0) close(memfd);
+        if (hold) close(s);
         return rc;
     }
     /* Only a memfd sealed against shrinking, at least size bytes, can be
@@ -242,6 +246,7 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
     if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(memfd, &st) != 0 || size == 0 ||
         (uint64_t)st.st_size < size || size > SIZE_MAX) {
         close(memfd);
+        if (hold) close(s);
         return sl_error_set(err, SL_ERR_PROTOCOL,
                             "shared memory @%s: the descriptor is not a sealed memfd of %llu bytes",
                             name, (unsigned long long)size);
@@ -249,15 +254,18 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
     void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, memfd, 0);
     int e = errno;
     close(memfd);
+    if (p == MAP_FAILED && hold) close(s);
     if (p == MAP_FAILED)
         return sl_error_set(err, SL_ERR_IO, "shared memory @%s: mmap of %llu bytes: %s", name,
                             (unsigned long long)size, strerror(e));
-    *out = (sl_rpc_shm_map_t){.base = p, .size = size};
+    *out = (sl_rpc_shm_map_t){.base = p, .size = size, .hold = hold, .hold_fd = hold ? s : -1};
     return SL_OK;
 }
 
 void sl_rpc_shm_detach(sl_rpc_shm_map_t *m)
 {
     if (m->base) munmap((void *)m->base, (size_t)m->size);
+    /* after the unmap: the worker may reuse the blocks once this closes */
+    if (m->base && m->hold) close(m->hold_fd);
     *m = (sl_rpc_shm_map_t){0};
 }

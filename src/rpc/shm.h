@@ -11,8 +11,14 @@
  *   reply (worker -> client), 24 bytes, with the memfd attached (SCM_RIGHTS)
  *   when status is 0:
  *     magic "SLSM" | u32 version (1) | i32 status (0, or an sl_err_t) |
- *     u32 reserved (0) | u64 size (bytes of the heap; 0 when refused)
- * then the worker closes the connection. */
+ *     u32 flags | u64 size (bytes of the heap; 0 when refused)
+ * flags: bit 0 SL_RPC_SHM_HOLD (only to a connection whose HELLO said
+ * shm_hold; an older worker sends 0): the worker keeps each block of this
+ * connection's descriptors past its ACK, until the client releases it
+ * (Ack.released_ids) or closes this socket; the other bits are 0. Without
+ * it the worker closes the connection after the reply; with it the socket
+ * stays open as the client's hold on the heap, and its end (the client
+ * unmapped, or its process died) frees every block it still held. */
 #ifndef SLUICE_RPC_SHM_H
 #define SLUICE_RPC_SHM_H
 
@@ -25,6 +31,7 @@
 #define SL_RPC_SHM_VERSION 1
 #define SL_RPC_SHM_NONCE_BYTES 32
 #define SL_RPC_SHM_NAME_MAX 64
+#define SL_RPC_SHM_HOLD 1u /* reply flag: blocks held until released (above) */
 
 /* ---- worker side ---- */
 
@@ -37,8 +44,9 @@ sl_err_t sl_rpc_shm_listen(char name[SL_RPC_SHM_NAME_MAX], int *fd, sl_error_t *
 sl_err_t sl_rpc_shm_nonce(uint8_t nonce[SL_RPC_SHM_NONCE_BYTES], sl_error_t *err);
 
 /* Does this nonce belong to a connection waiting for the heap? (The
- * worker's: it marks that connection granted.) */
-typedef bool (*sl_rpc_shm_check_fn)(void *ctx, const uint8_t nonce[SL_RPC_SHM_NONCE_BYTES]);
+ * worker's: it marks that connection granted.) @return < 0: refuse;
+ * otherwise the reply's flags (SL_RPC_SHM_HOLD or 0). */
+typedef int (*sl_rpc_shm_check_fn)(void *ctx, const uint8_t nonce[SL_RPC_SHM_NONCE_BYTES]);
 
 /* Serve one accepted connection cfd (not closed here) before deadline_ms
  * (sl_clock_ms): read the request, refuse a peer of another uid than this
@@ -52,10 +60,14 @@ sl_err_t sl_rpc_shm_serve(int cfd, uint64_t deadline_ms, sl_rpc_shm_check_fn che
 
 /* ---- client side ---- */
 
-/* A read-only mapping of a worker's heap; base NULL: none. */
+/* A read-only mapping of a worker's heap; base NULL: none. hold: the
+ * worker granted SL_RPC_SHM_HOLD, and hold_fd is the side channel's
+ * socket, kept open until detach (closing it frees what the client held). */
 typedef struct sl_rpc_shm_map {
     const uint8_t *base;
     uint64_t size;
+    bool hold;
+    int hold_fd;
 } sl_rpc_shm_map_t;
 
 /* Connect to the abstract socket name, present nonce, receive the memfd and
@@ -67,7 +79,7 @@ typedef struct sl_rpc_shm_map {
 sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_len,
                            uint64_t deadline_ms, sl_rpc_shm_map_t *out, sl_error_t *err);
 
-/* Unmap; m may be unmapped (base NULL). */
+/* Unmap, and close the hold socket; m may be unmapped (base NULL). */
 void sl_rpc_shm_detach(sl_rpc_shm_map_t *m);
 
 #endif

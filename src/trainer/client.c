@@ -126,6 +126,8 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     t->prefetch = opts->prefetch ? opts->prefetch : 4;
     const char *shm_env = getenv("SLUICE_TRAINER_SHM");
     t->shm = !opts->no_shm && !(shm_env && strcmp(shm_env, "0") == 0);
+    const char *copy_env = getenv("SLUICE_TRAINER_SHM_COPY");
+    t->shm_hold = !(copy_env && strcmp(copy_env, "1") == 0);
     t->ack_ms = TR_ACK_MS_DEFAULT;
     const char *every_env = getenv("SLUICE_TRAINER_ACK_EVERY");
     const char *ms_env = getenv("SLUICE_TRAINER_ACK_MS");

@@ -62,6 +62,19 @@
 
 typedef struct tr_conn tr_conn_t;
 
+/* A worker's heap mapped through one connection (shm_hold.c): the
+ * connection holds a reference while it is up, every batch read in place
+ * one more; the last unmaps it and closes its hold socket. */
+typedef struct tr_shm {
+    const sl_allocator_t *a;
+    _Atomic uint32_t refs;
+    sl_rpc_shm_map_t map; /* map.hold: the worker keeps blocks until released */
+    sl_mutex_t mu;
+    bool live;     /* its connection is up: releases are collected (under mu) */
+    uint64_t *rel; /* delivery ids released by their batches, not sent yet (under mu) */
+    uint32_t nrel, cap;
+} tr_shm_t;
+
 /* A received batch, from arrival until it leaves the client (handed out, or
  * dropped). */
 typedef struct tr_item {
@@ -124,7 +137,7 @@ struct tr_conn {
     char shm_socket[64];
     uint8_t shm_nonce[32];
     size_t shm_nonce_len;
-    sl_rpc_shm_map_t shm;
+    tr_shm_t *shm;   /* NULL: not attached */
     bool shm_logged; /* why it did not attach was logged (once) */
     tr_conn_t *next; /* t->conns, under t->mu */
 };
@@ -145,8 +158,9 @@ struct sl_trainer {
     uint32_t rank, world_size;
     sl_wire_limits_t wire_limits;
     sl_rpc_limits_t rpc_limits;
-    char *secret; /* the cluster secret (rpc/auth.h), NULL: none */
-    bool shm;     /* offer the shared-memory hand-over (opts.no_shm, $SLUICE_TRAINER_SHM) */
+    char *secret;  /* the cluster secret (rpc/auth.h), NULL: none */
+    bool shm;      /* offer the shared-memory hand-over (opts.no_shm, $SLUICE_TRAINER_SHM) */
+    bool shm_hold; /* and read its frames in place ($SLUICE_TRAINER_SHM_COPY=1: copy them) */
     /* Master mode: a worker gets acks and credits ack_every at a time (0:
      * half its window; never more), or once the oldest waited ack_ms
      * (docs/PROTOCOL.md "Acknowledgement and redelivery";
@@ -297,6 +311,23 @@ void tr_order_check_stall(sl_trainer_t *t, uint64_t now_ns) SL_EXCLUDES(t->mu);
 /* What sl_trainer_next's timeout adds: "; waiting for batch g G of epoch
  * E (H later ones held)", or "" under another order. Caller holds mu. */
 void tr_order_describe_locked(const sl_trainer_t *t, char *out, size_t cap) SL_REQUIRES(t->mu);
+
+/* ---- shm_hold.c: zero copy ---- */
+
+/* A mapping (taken over from map) with one reference, live. @return NULL
+ * when out of memory (map is then the caller's). */
+tr_shm_t *tr_shm_new(const sl_allocator_t *a, const sl_rpc_shm_map_t *map);
+void tr_shm_keep(tr_shm_t *m);
+/* Drop a reference; the last unmaps. m may be NULL. Any thread. */
+void tr_shm_drop(tr_shm_t *m);
+/* Its connection ended: releases from now on (and those not sent) are
+ * dropped; the worker frees those blocks when the hold socket closes. */
+void tr_shm_end(tr_shm_t *m);
+/* Up to cap released delivery ids, taken out to be sent. m may be NULL. */
+uint32_t tr_shm_take(tr_shm_t *m, uint64_t *out, uint32_t cap);
+/* b points into m's mapping (delivery delivery_id): b keeps a reference,
+ * is read-only, and its destroy releases the block. @return SL_ERR_NOMEM. */
+sl_err_t tr_shm_lend(tr_shm_t *m, uint64_t delivery_id, sl_batch_t *b, sl_error_t *e);
 
 /* ---- metrics.c ---- */
 

@@ -55,10 +55,27 @@ void tr_conn_free(tr_conn_t *c)
     const sl_allocator_t *a = c->t->a;
     if (c->thread_started) pthread_join(c->thread, NULL);
     if (c->fd >= 0) close(c->fd);
-    sl_rpc_shm_detach(&c->shm);
+    if (c->shm) tr_shm_end(c->shm);
+    tr_shm_drop(c->shm); /* batches read in place keep the mapping */
     sl_mutex_destroy(&c->send_mu);
     sl_free(a, c->pending, (size_t)c->pending_cap * sizeof *c->pending);
     sl_free(a, c, sizeof *c);
+}
+
+/* Under send_mu, connected: ACK ids (n may be 0) and the releases of
+ * batches read in place that wait, in one frame when there is either. */
+static sl_err_t send_ack_locked(tr_conn_t *c, uint64_t *ids, size_t n) SL_REQUIRES(c->send_mu)
+{
+    uint64_t rel[256];
+    uint32_t nrel = tr_shm_take(c->shm, rel, 256);
+    if (n == 0 && nrel == 0) return SL_OK;
+    Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
+    ack.n_delivery_ids = n;
+    ack.delivery_ids = ids;
+    ack.n_released_ids = nrel;
+    ack.released_ids = rel;
+    /* releases that do not get through are freed when the hold ends */
+    return sl_rpc_send(c->fd, SL_RPC_ACK, &ack.base, NULL, 0, NULL);
 }
 
 /* Under send_mu: send c's withheld acks (as one ACK) and credits (as one
@@ -72,14 +89,8 @@ static void flush_locked(tr_conn_t *c, bool credits) SL_REQUIRES(c->send_mu)
         c->credits_later = 0;
         return;
     }
-    sl_err_t rc = SL_OK;
-    if (c->npending > 0) {
-        Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
-        ack.n_delivery_ids = c->npending;
-        ack.delivery_ids = c->pending;
-        rc = sl_rpc_send(c->fd, SL_RPC_ACK, &ack.base, NULL, 0, NULL);
-        if (rc == SL_OK) c->npending = 0;
-    }
+    sl_err_t rc = send_ack_locked(c, c->pending, c->npending);
+    if (rc == SL_OK) c->npending = 0;
     if (rc == SL_OK && credits && c->credits_later > 0) {
         Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
         req.credits = c->credits_later;
@@ -149,7 +160,7 @@ void tr_conn_stop_locked(sl_trainer_t *t, tr_conn_t *c, const char *reason)
     if (c->fd >= 0) {
         /* withheld acks first: the worker may let those batches go (credits
          * are no use any more) */
-        if (c->send_ready && c->npending > 0) flush_locked(c, false);
+        if (c->send_ready) flush_locked(c, false);
         if (c->send_ready) sl_rpc_send_goodbye(c->fd, reason);
         shutdown(c->fd, SHUT_RDWR); /* unblocks its receive or handshake */
     }
@@ -166,11 +177,8 @@ void tr_conn_ack_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id)
         /* Delivery ids are unique per worker, so an ack on a newer
          * connection than the batch's is understood (the worker ignores an
          * id it no longer holds: docs/PROTOCOL.md). */
-        Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
         uint64_t id = delivery_id;
-        ack.n_delivery_ids = 1;
-        ack.delivery_ids = &id;
-        rc = sl_rpc_send(c->fd, SL_RPC_ACK, &ack.base, NULL, 0, NULL);
+        rc = send_ack_locked(c, &id, 1);
         if (rc != SL_OK) shutdown(c->fd, SHUT_RDWR); /* its thread reconnects */
     }
     if (rc != SL_OK && c->npending < c->pending_cap) c->pending[c->npending++] = delivery_id;
@@ -195,10 +203,13 @@ static int detach_locked(tr_conn_t *c)
     c->fd = -1;
     c->send_ready = false;
     c->credits_later = 0; /* the next connection grants window - held */
+    /* the mapping is the connection's: a reconnect may find another
+     * process behind the address (batches read in place keep this one) */
+    tr_shm_t *m = c->shm;
+    c->shm = NULL;
     sl_mutex_unlock(&c->send_mu);
-    /* the mapping is the connection's (its thread's): a reconnect may find
-     * another process behind the address */
-    sl_rpc_shm_detach(&c->shm);
+    if (m) tr_shm_end(m);
+    tr_shm_drop(m);
     return fd;
 }
 
@@ -244,6 +255,7 @@ static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *wind
      * serves several jobs, docs/DESIGN.md) sends this job's batches */
     if (t->fleet) h.job_id = t->fleet->job_id;
     h.shm = t->shm;
+    h.shm_hold = t->shm && t->shm_hold;
     c->shm_socket[0] = 0;
     c->shm_nonce_len = 0;
     SL_FORWARD_IF_ERROR(sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, err));
@@ -287,12 +299,25 @@ static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *wind
  * why is logged once per worker at debug level. @return attached. */
 static bool attach_shm(tr_conn_t *c, uint64_t deadline_ms)
 {
-    sl_rpc_shm_detach(&c->shm);
     if (!c->shm_socket[0]) return false;
     sl_error_t e = {0};
-    if (sl_rpc_shm_attach(c->shm_socket, c->shm_nonce, c->shm_nonce_len, deadline_ms, &c->shm,
-                          &e) == SL_OK)
+    sl_rpc_shm_map_t map;
+    sl_err_t rc =
+        sl_rpc_shm_attach(c->shm_socket, c->shm_nonce, c->shm_nonce_len, deadline_ms, &map, &e);
+    tr_shm_t *m = rc == SL_OK ? tr_shm_new(c->t->a, &map) : NULL;
+    if (rc == SL_OK && !m) {
+        sl_rpc_shm_detach(&map);
+        rc = sl_error_set(&e, SL_ERR_NOMEM, "out of memory");
+    }
+    if (m) {
+        sl_mutex_lock(&c->send_mu);
+        tr_shm_t *old = c->shm;
+        c->shm = m;
+        sl_mutex_unlock(&c->send_mu);
+        if (old) tr_shm_end(old);
+        tr_shm_drop(old);
         return true;
+    }
     if (!c->shm_logged)
         sl_log(SL_LOG_DEBUG, SL_EV(TRAINER_SHM_OFF), "%s: batches over the socket: %s", c->label,
                e.msg);
@@ -400,28 +425,39 @@ static sl_err_t record_times(const Sluice__Dpp__BatchInfo *bi, sl_batch_t *b, sl
     return SL_OK;
 }
 
-/* Decode a BATCH frame's payload in place: on SL_OK the caller owns *out,
- * whose release frees the payload (taken from f). Checks num_samples
- * against the payload. */
-static sl_err_t decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **out, sl_error_t *e)
+/* Decode frame (len bytes) in place into *out, checking num_samples
+ * against it and putting the record times on it. The caller attaches what
+ * keeps frame alive (release). */
+static sl_err_t decode_frame(sl_trainer_t *t, const Sluice__Dpp__BatchInfo *bi, const void *frame,
+                             size_t len, sl_batch_t **out, sl_error_t *e)
 {
-    const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f->msg;
-    *out = NULL;
-    if (f->payload == NULL) return sl_error_set(e, SL_ERR_PROTOCOL, "batch frame without payload");
-    payload_ref_t *ref = sl_alloc(t->a, sizeof *ref);
     sl_batch_t *b = NULL;
-    sl_err_t rc = SL_ERR_NOMEM;
-    if (ref)
-        rc = sl_wire_decode(f->payload, f->payload_len, &t->wire_limits, t->a, &b, e);
-    else
-        sl_error_set(e, rc, "out of memory");
+    sl_err_t rc = sl_wire_decode(frame, len, &t->wire_limits, t->a, &b, e);
     if (rc == SL_OK && bi->num_samples != b->batch_size)
         rc = sl_error_set(e, SL_ERR_PROTOCOL, "batch info says %u samples, payload holds %u",
                           bi->num_samples, b->batch_size);
     if (rc == SL_OK) rc = record_times(bi, b, e);
     if (rc != SL_OK) {
         sl_batch_destroy(b);
-        if (ref) sl_free(t->a, ref, sizeof *ref);
+        return rc;
+    }
+    *out = b;
+    return SL_OK;
+}
+
+/* Decode a BATCH frame's payload in place: on SL_OK the caller owns *out,
+ * whose release frees the payload (taken from f). */
+static sl_err_t decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **out, sl_error_t *e)
+{
+    const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f->msg;
+    *out = NULL;
+    if (f->payload == NULL) return sl_error_set(e, SL_ERR_PROTOCOL, "batch frame without payload");
+    payload_ref_t *ref = sl_alloc(t->a, sizeof *ref);
+    if (!ref) return sl_error_set(e, SL_ERR_NOMEM, "out of memory");
+    sl_batch_t *b = NULL;
+    sl_err_t rc = decode_frame(t, bi, f->payload, f->payload_len, &b, e);
+    if (rc != SL_OK) {
+        sl_free(t->a, ref, sizeof *ref);
         return rc;
     }
     /* The batch's tensors point into the payload: it now lives as long as
@@ -436,17 +472,21 @@ static sl_err_t decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **ou
 }
 
 /* A BATCH frame whose BatchInfo is a shared-memory descriptor
- * (shm_length > 0): copy the frame out of the mapped heap into a payload
- * of its own, so that the batch lives, and is acknowledged, exactly as one
- * read from the socket (the worker frees the block on ACK). Any other
- * frame is left alone. @return SL_ERR_PROTOCOL for a descriptor this
- * connection cannot take (never attached, outside the heap, with a
- * payload too), SL_ERR_TOO_LARGE, SL_ERR_NOMEM. */
-static sl_err_t shm_payload(tr_conn_t *c, sl_rpc_frame_t *f, sl_error_t *e)
+ * (shm_length > 0), checked against the mapping. Held (the worker granted
+ * a hold): the batch is decoded in place in the mapping into *held, which
+ * keeps the mapping and whose destroy releases the block (zero copy).
+ * Otherwise the frame is copied out of the heap into a payload of its own,
+ * so that the batch lives, and is acknowledged, exactly as one read from
+ * the socket (the worker frees the block on ACK). Any other frame is left
+ * alone. @return SL_ERR_PROTOCOL for a descriptor this connection cannot
+ * take (never attached, outside the heap, with a payload too),
+ * SL_ERR_TOO_LARGE, SL_ERR_NOMEM, a decoding error. */
+static sl_err_t shm_payload(tr_conn_t *c, sl_rpc_frame_t *f, sl_batch_t **held, sl_error_t *e)
 {
     sl_trainer_t *t = c->t;
     const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f->msg;
     uint64_t off = bi->shm_offset, len = bi->shm_length;
+    *held = NULL;
     if (len == 0) {
         atomic_fetch_add(&t->batches_socket, 1);
         return SL_OK;
@@ -454,23 +494,40 @@ static sl_err_t shm_payload(tr_conn_t *c, sl_rpc_frame_t *f, sl_error_t *e)
     if (f->payload)
         return sl_error_set(e, SL_ERR_PROTOCOL,
                             "batch frame with both a payload and a shared-memory descriptor");
-    if (!c->shm.base)
+    tr_shm_t *m = c->shm;
+    if (!m)
         return sl_error_set(e, SL_ERR_PROTOCOL,
                             "shared-memory descriptor on a connection that did not attach");
-    if (off > c->shm.size || len > c->shm.size - off)
+    if (off > m->map.size || len > m->map.size - off)
         return sl_error_set(e, SL_ERR_PROTOCOL,
                             "shared-memory descriptor [%" PRIu64 ", +%" PRIu64
                             ") outside the %" PRIu64 "-byte heap",
-                            off, len, c->shm.size);
+                            off, len, m->map.size);
     if (len > t->rpc_limits.max_payload_bytes)
         return sl_error_set(e, SL_ERR_TOO_LARGE,
                             "shared-memory frame of %" PRIu64 " bytes (limit %" PRIu64 ")", len,
                             t->rpc_limits.max_payload_bytes);
-    void *p = sl_alloc_aligned(t->a, (size_t)len, SL_ALIGN);
-    if (!p) return sl_error_set(e, SL_ERR_NOMEM, "out of memory for a %" PRIu64 "-byte frame", len);
-    memcpy(p, c->shm.base + off, (size_t)len);
-    f->payload = p; /* the frame's allocator is t->a: freed with it, or taken by the batch */
-    f->payload_len = (size_t)len;
+    if (m->map.hold) {
+        /* blocks are page aligned: the frame is SL_ALIGN-aligned as decode needs */
+        if (off % SL_ALIGN != 0)
+            return sl_error_set(e, SL_ERR_PROTOCOL,
+                                "shared-memory descriptor at offset %" PRIu64
+                                ", not %d-byte aligned",
+                                off, SL_ALIGN);
+        sl_batch_t *b = NULL;
+        sl_err_t rc = decode_frame(t, bi, m->map.base + off, (size_t)len, &b, e);
+        if (rc == SL_OK && (rc = tr_shm_lend(m, bi->delivery_id, b, e)) != SL_OK)
+            sl_batch_destroy(b);
+        if (rc != SL_OK) return rc;
+        *held = b;
+    } else {
+        void *p = sl_alloc_aligned(t->a, (size_t)len, SL_ALIGN);
+        if (!p)
+            return sl_error_set(e, SL_ERR_NOMEM, "out of memory for a %" PRIu64 "-byte frame", len);
+        memcpy(p, m->map.base + off, (size_t)len);
+        f->payload = p; /* the frame's allocator is t->a: freed with it, or taken by the batch */
+        f->payload_len = (size_t)len;
+    }
     atomic_fetch_add(&t->bytes, len);
     atomic_fetch_add(&t->batches_shm, 1);
     return SL_OK;
@@ -493,15 +550,18 @@ static sl_err_t on_batch(tr_conn_t *c, sl_rpc_frame_t *f, uint64_t *received, sl
                             id, *received, atomic_load(&c->granted));
     sl_err_t rc = t->fleet ? tr_fleet_check_batch(t, bi, e) : SL_OK;
     if (rc != SL_OK) return rc;
-    if ((rc = shm_payload(c, f, e)) != SL_OK)
+    sl_batch_t *b = NULL;
+    if ((rc = shm_payload(c, f, &b, e)) != SL_OK)
         return sl_error_prefix(e,
                                "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ", id,
                                bi->split_id, bi->sequence);
     tr_item_t *it = sl_calloc(t->a, 1, sizeof *it);
-    sl_batch_t *b = NULL;
-    rc = it ? decode_batch(t, f, &b, e) : sl_error_set(e, SL_ERR_NOMEM, "out of memory");
+    rc = !it  ? sl_error_set(e, SL_ERR_NOMEM, "out of memory")
+         : !b ? decode_batch(t, f, &b, e)
+              : SL_OK;
     if (rc != SL_OK) {
         if (it) sl_free(t->a, it, sizeof *it);
+        sl_batch_destroy(b);
         return sl_error_prefix(e,
                                "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ", id,
                                bi->split_id, bi->sequence);

@@ -5,7 +5,9 @@
  * epochs, fused and transform-thread paths); clients with it on and off
  * read from one worker at once, each sample once per epoch; a heap too
  * small for the read-ahead falls back per frame and still delivers every
- * sample once per epoch. */
+ * sample once per epoch. A trainer that reads frames in place (zero copy)
+ * reads the same bytes as one that copies them out, and every block it
+ * held is freed. */
 #include <criterion/criterion.h>
 
 #include <pthread.h>
@@ -101,6 +103,19 @@ static void expect_once_per_epoch(const uint8_t *seen)
                          seen[e * ROWS + i]);
 }
 
+/* The worker's stats once its heap is empty, or after a bounded wait: the
+ * releases a trainer's close sent (and its hold's end) may still be on
+ * their way when the worker counts the last ACK. */
+static void settled_stats(sl_worker_t *w, sl_worker_stats_t *st)
+{
+    for (double s = 0, until = tu_timeout(5); s < until; s += 0.005) {
+        sl_worker_stats(w, st);
+        if (st->shm_used == 0) return;
+        usleep(5000);
+    }
+    sl_worker_stats(w, st);
+}
+
 /* One worker (opts o), one trainer; what it got into g, the worker's
  * stats into st. */
 static void run_one(const sl_pipeline_job_t *job, sl_worker_opts_t o, bool shm, got_t *g,
@@ -113,7 +128,7 @@ static void run_one(const sl_pipeline_job_t *job, sl_worker_opts_t o, bool shm, 
     sl_trainer_close(t);
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
-    sl_worker_stats(w, st);
+    settled_stats(w, st);
     sl_worker_destroy(w);
 }
 
@@ -141,6 +156,9 @@ static void same_as_over_the_socket(bool no_fused)
     cr_assert_eq(ws.server.shm_batches, batches);
     cr_assert_eq(ws.server.shm_bytes, ws.server.bytes_sent);
     cr_assert_eq(ws.server.shm_attached, 1);
+    /* read in place (zero copy): every block held past its ACK, then let go */
+    cr_assert_eq(ws.server.shm_held, batches);
+    cr_assert_eq(ws.server.shm_released + ws.server.shm_held_freed, batches);
     cr_assert_eq(ws.shm_fallbacks, 0);
     cr_assert_eq(ws.shm_used, 0, "every block freed once acknowledged");
     cr_assert_eq(ws.shm_capacity, ws.memory_limit / 2);
@@ -164,6 +182,37 @@ Test(worker_shm, fused_batches_the_same_as_over_the_socket)
 Test(worker_shm, transformed_batches_the_same_as_over_the_socket)
 {
     same_as_over_the_socket(true);
+}
+
+/* $SLUICE_TRAINER_SHM_COPY=1: the client copies each frame out of the heap
+ * (the worker frees it on the ACK) and reads the same bytes as one that
+ * reads them in place. */
+Test(worker_shm, read_in_place_the_same_as_copied_out)
+{
+    sl_pipeline_job_t *job = gen_job();
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    got_t *held = calloc(1, sizeof *held), *copied = calloc(1, sizeof *copied);
+    sl_worker_stats_t wh, wc;
+    run_one(job, o, true, held, &wh);
+    setenv("SLUICE_TRAINER_SHM_COPY", "1", 1);
+    run_one(job, o, true, copied, &wc);
+    unsetenv("SLUICE_TRAINER_SHM_COPY");
+    expect_once_per_epoch(held->seen);
+    expect_once_per_epoch(copied->seen);
+    cr_assert_eq(memcmp(held->digest, copied->digest, sizeof held->digest), 0,
+                 "every sample's bytes are the same both ways");
+    const uint64_t batches = EPOCHS * ROWS / BATCH;
+    cr_assert_eq(held->st.batches_shm, batches);
+    cr_assert_eq(copied->st.batches_shm, batches);
+    cr_assert_eq(wh.server.shm_held, batches);
+    cr_assert_eq(wc.server.shm_held, 0, "a copying client holds nothing");
+    cr_assert_eq(wc.server.shm_released, 0);
+    cr_assert_eq(wh.shm_used, 0);
+    cr_assert_eq(wc.shm_used, 0);
+    free(held);
+    free(copied);
+    sl_pipeline_job_destroy(job);
 }
 
 typedef struct reader {
@@ -199,7 +248,7 @@ static sl_worker_stats_t two_trainers(uint64_t heap_bytes, got_t *on, got_t *off
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
     sl_worker_stats_t st;
-    sl_worker_stats(w, &st);
+    settled_stats(w, &st);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     uint8_t *seen = calloc(EPOCHS, ROWS);
@@ -250,7 +299,7 @@ Test(worker_shm, a_full_heap_falls_back_per_frame)
     sl_trainer_close(t);
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
-    sl_worker_stats(w, &st);
+    settled_stats(w, &st);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     expect_once_per_epoch(g->seen);

@@ -5,7 +5,11 @@
  * (decoded byte for byte, counted in batches_shm); a descriptor outside the
  * heap, or on a connection that never attached (shm off in the client), is
  * a clear error naming the worker and the delivery, answered with ERROR,
- * never a crash; with shm off the client's HELLO does not ask. */
+ * never a crash; with shm off the client's HELLO does not ask. Granted a
+ * hold, the client reads the frame in place (zero copy): the batch is
+ * read-only, byte for byte the frame, releases its delivery id when
+ * destroyed, stays valid after the client closes (and the worker's heap
+ * is gone) and keeps the hold socket open until then; a hostile descriptor is refused as before. */
 #include <criterion/criterion.h>
 
 #include <stdlib.h>
@@ -25,6 +29,7 @@ TestSuite(trainer_shm);
 typedef enum peer_mode {
     PEER_GOOD,         /* a descriptor of a valid frame in the heap */
     PEER_OUT_OF_RANGE, /* a descriptor past the heap's end */
+    PEER_MISALIGNED,   /* a descriptor inside the heap, 8 bytes off its frame */
 } peer_mode_t;
 
 typedef struct peer {
@@ -37,14 +42,23 @@ typedef struct peer {
     void *frame; /* in the heap */
     size_t frame_len;
     uint32_t samples;
+    bool grant_hold; /* grant a hold to a HELLO that asks (zero copy) */
+    uint8_t nonce[SL_RPC_SHM_NONCE_BYTES];
     /* what the client did */
-    bool hello_shm, attached, got_error;
+    bool hello_shm, hello_hold, attached, got_error;
     char error[512];
+    bool ended;  /* END sent (after the first ACK) */
+    int hold_fd; /* the side channel kept as the client's hold; -1: none */
+    uint64_t released[8];
+    size_t nreleased;
 } peer_t;
 
-static bool nonce_ok(void *ctx, const uint8_t nonce[SL_RPC_SHM_NONCE_BYTES])
+/* A hold only when the test grants it and the client asked. */
+static int nonce_ok(void *ctx, const uint8_t nonce[SL_RPC_SHM_NONCE_BYTES])
 {
-    return memcmp(ctx, nonce, SL_RPC_SHM_NONCE_BYTES) == 0;
+    const peer_t *p = ctx;
+    if (memcmp(p->nonce, nonce, SL_RPC_SHM_NONCE_BYTES) != 0) return -1;
+    return p->grant_hold && p->hello_hold ? (int)SL_RPC_SHM_HOLD : 0;
 }
 
 static void *peer_main(void *arg)
@@ -58,10 +72,11 @@ static void *peer_main(void *arg)
     sl_rpc_frame_t f = {0};
     if (sl_rpc_recv(fd, NULL, NULL, &f, &err) != SL_OK || f.type != SL_RPC_HELLO) goto out;
     p->hello_shm = ((const Sluice__Dpp__Hello *)f.msg)->shm;
+    p->hello_hold = ((const Sluice__Dpp__Hello *)f.msg)->shm_hold;
     sl_rpc_frame_free(&f);
     char name[SL_RPC_SHM_NAME_MAX];
     int ufd = -1;
-    uint8_t nonce[SL_RPC_SHM_NONCE_BYTES];
+    uint8_t *nonce = p->nonce;
     Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
     w.protocol_version = SL_RPC_VERSION;
     w.worker_id = "fake";
@@ -72,16 +87,19 @@ static void *peer_main(void *arg)
         cr_assert_eq(sl_rpc_shm_nonce(nonce, &err), SL_OK);
         w.shm_socket = name;
         w.shm_nonce.data = nonce;
-        w.shm_nonce.len = sizeof nonce;
+        w.shm_nonce.len = SL_RPC_SHM_NONCE_BYTES;
     }
     sl_rpc_send(fd, SL_RPC_WELCOME, &w.base, NULL, 0, &err);
     if (p->hello_shm) {
         struct pollfd up = {.fd = ufd, .events = POLLIN};
         if (poll(&up, 1, (int)(tu_timeout(10) * 1000)) == 1) {
             int cfd = accept(ufd, NULL, NULL);
-            sl_rpc_shm_serve(cfd, sl_clock_ms() + (uint64_t)(tu_timeout(10) * 1000), nonce_ok,
-                             nonce, sl_shm_heap_fd(p->heap), sl_shm_heap_size(p->heap), &err);
-            close(cfd);
+            sl_rpc_shm_serve(cfd, sl_clock_ms() + (uint64_t)(tu_timeout(10) * 1000), nonce_ok, p,
+                             sl_shm_heap_fd(p->heap), sl_shm_heap_size(p->heap), &err);
+            if (p->grant_hold && p->hello_hold)
+                p->hold_fd = cfd; /* the client's hold: the test watches its end */
+            else
+                close(cfd);
         }
         close(ufd);
     }
@@ -94,7 +112,9 @@ static void *peer_main(void *arg)
     bi.delivery_id = 41;
     bi.split_id = 7;
     bi.num_samples = p->samples;
-    bi.shm_offset = p->mode == PEER_OUT_OF_RANGE ? sl_shm_heap_size(p->heap) - 100 : off;
+    bi.shm_offset = p->mode == PEER_OUT_OF_RANGE ? sl_shm_heap_size(p->heap) - 100
+                    : p->mode == PEER_MISALIGNED ? off + 8
+                                                 : off;
     bi.shm_length = p->frame_len;
     sl_rpc_send(fd, SL_RPC_BATCH, &bi.base, NULL, 0, &err);
     /* the client's answer: an ACK when it took the batch, ERROR when not */
@@ -104,9 +124,15 @@ static void *peer_main(void *arg)
             snprintf(p->error, sizeof p->error, "%s", ((const Sluice__Dpp__Error *)f.msg)->message);
         }
         sl_rpc_type_t t = f.type;
+        if (t == SL_RPC_ACK) {
+            const Sluice__Dpp__Ack *a = (const Sluice__Dpp__Ack *)f.msg;
+            for (size_t i = 0; i < a->n_released_ids && p->nreleased < 8; i++)
+                p->released[p->nreleased++] = a->released_ids[i];
+        }
         sl_rpc_frame_free(&f);
         if (t == SL_RPC_ERROR || t == SL_RPC_GOODBYE) break;
-        if (t == SL_RPC_ACK) { /* done: the job ends */
+        if (t == SL_RPC_ACK && !p->ended) { /* done: the job ends */
+            p->ended = true;
             Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
             sl_rpc_send(fd, SL_RPC_END, &e.base, NULL, 0, &err);
         }
@@ -117,10 +143,12 @@ out:
     return NULL;
 }
 
-static sl_batch_t *peer_start(peer_t *p, peer_mode_t mode)
+static sl_batch_t *peer_start_hold(peer_t *p, peer_mode_t mode, bool grant_hold)
 {
     memset(p, 0, sizeof *p);
     p->mode = mode;
+    p->grant_hold = grant_hold;
+    p->hold_fd = -1;
     sl_error_t err = {0};
     cr_assert_eq(sl_shm_heap_new("trainer-shm-test", 1 << 20, NULL, &p->heap, &err), SL_OK);
     uint64_t rng = tu_seed("trainer_shm");
@@ -139,10 +167,16 @@ static sl_batch_t *peer_start(peer_t *p, peer_mode_t mode)
     return b;
 }
 
+static sl_batch_t *peer_start(peer_t *p, peer_mode_t mode)
+{
+    return peer_start_hold(p, mode, false);
+}
+
 static void peer_stop(peer_t *p)
 {
     pthread_join(p->th, NULL);
     close(p->lfd);
+    if (p->hold_fd >= 0) close(p->hold_fd);
     sl_shm_heap_free(p->heap, p->frame);
     sl_shm_heap_destroy(p->heap);
 }
@@ -194,10 +228,11 @@ Test(trainer_shm, a_descriptor_is_copied_out_and_decoded)
 
 /* A client (no_shm as given) that should fail on the peer's batch with
  * what; asked: whether its HELLO asks for shared memory. */
-static void expect_failure(peer_mode_t mode, bool no_shm, bool asked, const char *what)
+static void expect_failure_hold(peer_mode_t mode, bool no_shm, bool asked, bool hold,
+                                const char *what)
 {
     peer_t p;
-    sl_batch_t *want = peer_start(&p, mode);
+    sl_batch_t *want = peer_start_hold(&p, mode, hold);
     sl_trainer_t *t = client(p.addr, no_shm);
     sl_batch_t *b = NULL;
     sl_error_t err = {0};
@@ -212,6 +247,11 @@ static void expect_failure(peer_mode_t mode, bool no_shm, bool asked, const char
     cr_assert(strstr(p.error, what), "%s", p.error);
     cr_assert_eq(p.hello_shm, asked);
     sl_batch_destroy(want);
+}
+
+static void expect_failure(peer_mode_t mode, bool no_shm, bool asked, const char *what)
+{
+    expect_failure_hold(mode, no_shm, asked, false, what);
 }
 
 Test(trainer_shm, a_descriptor_outside_the_heap_is_a_clear_error)
@@ -232,4 +272,118 @@ Test(trainer_shm, the_environment_turns_it_off)
     setenv("SLUICE_TRAINER_SHM", "0", 1);
     expect_failure(PEER_GOOD, false, false, "did not attach");
     unsetenv("SLUICE_TRAINER_SHM");
+}
+
+/* The frame's bytes as sl_wire_encode makes them from b. */
+static void expect_same_frame(const sl_batch_t *want, const sl_batch_t *b)
+{
+    sl_error_t err = {0};
+    void *f1, *f2;
+    size_t l1, l2;
+    cr_assert_eq(sl_wire_encode(want, NULL, &f1, &l1, &err), SL_OK);
+    cr_assert_eq(sl_wire_encode(b, NULL, &f2, &l2, &err), SL_OK);
+    cr_assert_eq(l1, l2);
+    cr_assert_eq(memcmp(f1, f2, l1), 0);
+    sl_free(NULL, f1, l1);
+    sl_free(NULL, f2, l2);
+}
+
+/* Has the hold socket ended (the client closed it) within ms? */
+static bool hold_ended(int fd, int ms)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, ms) != 1) return false;
+    char c;
+    return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+Test(trainer_shm, a_held_descriptor_is_read_in_place_and_released)
+{
+    unsetenv("SLUICE_TRAINER_SHM");
+    unsetenv("SLUICE_TRAINER_SHM_COPY");
+    peer_t p;
+    sl_batch_t *want = peer_start_hold(&p, PEER_GOOD, true);
+    sl_trainer_t *t = client(p.addr, false);
+    sl_batch_t *b = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_next(t, (int)(tu_timeout(10) * 1000), &b, &err), SL_OK, "%s", err.msg);
+    cr_assert(p.hello_hold);
+    cr_assert(b->read_only, "read in place: the mapping is read-only");
+    expect_same_frame(want, b);
+    sl_trainer_release(t, b);
+    /* the job ended after the ACK; the release goes with the close */
+    cr_assert_eq(sl_trainer_next(t, (int)(tu_timeout(10) * 1000), &b, &err), SL_ERR_CLOSED, "%s",
+                 err.msg);
+    sl_trainer_stats_t st;
+    sl_trainer_stats(t, &st);
+    cr_assert_eq(st.batches_shm, 1);
+    sl_trainer_close(t);
+    pthread_join(p.th, NULL);
+    cr_assert_eq(p.nreleased, 1, "one release");
+    cr_assert_eq(p.released[0], 41);
+    cr_assert(hold_ended(p.hold_fd, (int)(tu_timeout(5) * 1000)), "the hold ends with the mapping");
+    close(p.hold_fd);
+    p.hold_fd = -1;
+    close(p.lfd);
+    sl_shm_heap_free(p.heap, p.frame);
+    sl_shm_heap_destroy(p.heap);
+    sl_batch_destroy(want);
+}
+
+Test(trainer_shm, a_held_batch_outlives_its_client_and_worker_and_keeps_the_hold)
+{
+    unsetenv("SLUICE_TRAINER_SHM");
+    unsetenv("SLUICE_TRAINER_SHM_COPY");
+    peer_t p;
+    sl_batch_t *want = peer_start_hold(&p, PEER_GOOD, true);
+    sl_trainer_t *t = client(p.addr, false);
+    sl_batch_t *b = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_next(t, (int)(tu_timeout(10) * 1000), &b, &err), SL_OK, "%s", err.msg);
+    sl_trainer_close(t); /* with b still held */
+    pthread_join(p.th, NULL);
+    cr_assert_eq(p.nreleased, 0, "nothing released while the batch lives");
+    cr_assert_not(hold_ended(p.hold_fd, 50), "the hold stays while the batch lives");
+    expect_same_frame(want, b); /* still readable, the same bytes */
+    /* the worker goes (its heap unmapped, its memfd closed): the client's
+     * mapping keeps the pages */
+    sl_shm_heap_free(p.heap, p.frame);
+    sl_shm_heap_destroy(p.heap);
+    expect_same_frame(want, b);
+    sl_batch_destroy(b);
+    cr_assert(hold_ended(p.hold_fd, (int)(tu_timeout(5) * 1000)), "the last batch ends the hold");
+    close(p.hold_fd);
+    p.hold_fd = -1;
+    close(p.lfd);
+    sl_batch_destroy(want);
+}
+
+Test(trainer_shm, a_hostile_held_descriptor_is_still_a_clear_error)
+{
+    unsetenv("SLUICE_TRAINER_SHM");
+    unsetenv("SLUICE_TRAINER_SHM_COPY");
+    expect_failure_hold(PEER_OUT_OF_RANGE, false, true, true, "outside the 1048576-byte heap");
+    expect_failure_hold(PEER_MISALIGNED, false, true, true, "not 64-byte aligned");
+}
+
+Test(trainer_shm, the_environment_makes_it_copy)
+{
+    unsetenv("SLUICE_TRAINER_SHM");
+    setenv("SLUICE_TRAINER_SHM_COPY", "1", 1);
+    peer_t p;
+    sl_batch_t *want = peer_start_hold(&p, PEER_GOOD, true);
+    sl_trainer_t *t = client(p.addr, false);
+    sl_batch_t *b = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_next(t, (int)(tu_timeout(10) * 1000), &b, &err), SL_OK, "%s", err.msg);
+    unsetenv("SLUICE_TRAINER_SHM_COPY");
+    cr_assert(p.hello_shm);
+    cr_assert_not(p.hello_hold, "a copying client does not ask for a hold");
+    cr_assert_not(b->read_only);
+    expect_same_frame(want, b);
+    sl_trainer_release(t, b);
+    sl_trainer_close(t);
+    peer_stop(&p);
+    cr_assert_eq(p.nreleased, 0);
+    sl_batch_destroy(want);
 }

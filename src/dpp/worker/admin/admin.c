@@ -137,6 +137,9 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
     counter(pp, jl, SL_M(WORKER_SHM_FALLBACKS_TOTAL), (double)st.shm_fallbacks);
     counter(pp, jl, SL_M(WORKER_SHM_ATTACHED_TOTAL), (double)s->shm_attached);
     counter(pp, jl, SL_M(WORKER_SHM_REFUSED_TOTAL), (double)s->shm_refused);
+    counter(pp, jl, SL_M(WORKER_SHM_HELD_TOTAL), (double)s->shm_held);
+    counter(pp, jl, SL_M(WORKER_SHM_RELEASED_TOTAL), (double)s->shm_released);
+    counter(pp, jl, SL_M(WORKER_SHM_HELD_FREED_TOTAL), (double)s->shm_held_freed);
     gauge(pp, jl, SL_M(WORKER_SHM_CAPACITY_BYTES), (double)st.shm_capacity);
     gauge(pp, jl, SL_M(WORKER_SHM_USED_BYTES), (double)st.shm_used);
     counter(pp, jl, SL_M(WORKER_REDELIVERIES_TOTAL), (double)s->redeliveries);

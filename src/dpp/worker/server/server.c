@@ -116,15 +116,44 @@ static void share_copies(struct sl_worker_server *s, sitem_t *si) SL_REQUIRES(s-
     if (ref && !si->ref) sl_free(s->a, ref, sizeof *ref);
 }
 
-void dpp_server_item_acked(struct sl_worker_server *s, sl_worker_server_item_t *it)
+void dpp_server_item_consumed(struct sl_worker_server *s, sl_worker_server_item_t *it)
 {
     s->st.batches_acked++;
     s->st.samples_acked += it->num_samples;
     s->st.bytes_acked += it->len;
     s->st.bytes_acked_expanded += it->expanded_bytes;
     if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
+    it->accounted = 0;
     dpp_server_retire(s, it, true);
+}
+
+void dpp_server_item_acked(struct sl_worker_server *s, sl_worker_server_item_t *it)
+{
+    dpp_server_item_consumed(s, it);
     dpp_server_item_free(s, it);
+}
+
+sitem_t *dpp_server_item_twin(struct sl_worker_server *s, sitem_t *si)
+{
+    frame_ref_t *ref = si->ref ? NULL : sl_calloc(s->a, 1, sizeof *ref);
+    sitem_t *twin = si->ref || ref ? sl_calloc(s->a, 1, sizeof *twin) : NULL;
+    if (!twin) {
+        if (ref) sl_free(s->a, ref, sizeof *ref);
+        return NULL;
+    }
+    if (ref) { /* the frame is shared from now on; its bytes are accounted once, in ref */
+        ref->copies = 1;
+        ref->accounted = si->item.accounted;
+        si->item.accounted = 0;
+        si->ref = ref;
+    }
+    si->ref->copies++;
+    twin->item = si->item;
+    twin->item.accounted = 0;
+    twin->item.lease.handle = NULL; /* the twin is never acknowledged nor retired */
+    /* record_ms goes with the last copy of the frame (dpp_server_item_free) */
+    twin->ref = si->ref;
+    return twin;
 }
 
 void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
@@ -349,6 +378,16 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     }
     if (s->o.shm && (rc = sl_rpc_shm_listen(s->shm_name, &s->shm_lfd, err))) goto fail;
     if (s->o.shm) {
+        /* two holds a connection: one mapping still held by batches of a
+         * connection that ended, one of its successor */
+        s->nholders = 2 * s->o.max_clients;
+        s->holders = sl_calloc(a, s->nholders, sizeof *s->holders);
+        if (!s->holders) {
+            rc = sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
+            goto fail;
+        }
+        for (uint32_t k = 0; k < s->nholders; k++)
+            s->holders[k].fd = -1;
         if (pthread_create(&s->shm_thread, NULL, dpp_server_shm_main, s) != 0) {
             rc = sl_error_set(err, SL_ERR_IO, "server: cannot start the shared-memory thread");
             goto fail;
@@ -369,6 +408,7 @@ fail:
         pthread_join(s->shm_thread, NULL);
     }
     if (s->shm_lfd >= 0) close(s->shm_lfd);
+    if (s->holders) sl_free(a, s->holders, (size_t)s->nholders * sizeof *s->holders);
     if (s->lfd >= 0) close(s->lfd);
     if (s->ready) {
         sl_worker_queue_destroy(s->ready[0]);
@@ -620,6 +660,11 @@ void sl_worker_server_destroy(sl_worker_server_t *s)
     sl_worker_server_stop(s);
     dpp_server_order_free(s);
     sl_mutex_lock(&s->mu);
+    if (s->holders) { /* the shm thread has ended: the blocks still held go */
+        dpp_server_holds_free(s);
+        sl_free(s->a, s->holders, (size_t)s->nholders * sizeof *s->holders);
+        s->holders = NULL;
+    }
     for (uint32_t r = 0; r <= s->o.max_ranks; r++) {
         if (!s->ready[r]) continue;
         sl_worker_queue_close(s->ready[r]);

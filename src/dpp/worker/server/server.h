@@ -152,6 +152,11 @@ typedef struct sl_worker_server_stats {
     uint64_t shm_attached; /* connections that mapped the heap */
     uint64_t shm_refused;  /* side-channel requests refused: another uid, an unknown nonce,
                               malformed, too slow */
+    /* Zero copy (a client's hold): blocks kept past their ACK, released by
+     * the client, and freed because the hold ended (its socket closed) */
+    uint64_t shm_held;
+    uint64_t shm_released;
+    uint64_t shm_held_freed;
     /* The deterministic order's g-window: of batches_sent, those of an
      * ordered job (sent on the window, spending no credit); and the times a
      * sender found its rank's next batch past the client's window and waited */

@@ -36,6 +36,23 @@ static void requeue_unacked(struct sl_worker_server *s, client_t *c) SL_REQUIRES
 {
     for (uint32_t i = c->n_unacked; i-- > 0;) {
         sl_worker_server_item_t *it = c->unacked[i].item;
+        /* Zero copy: the client may still read this block (a batch handed
+         * out whose ACK did not get here); a twin keeps it under the hold,
+         * and the copy sent again shares the frame. Without memory for the
+         * twin the batch is not sent again (its lease is retired
+         * unacknowledged: its rows are read again) and its block is never
+         * reused under the reader (lost until the worker exits). */
+        if (c->unacked[i].by_shm && c->holder && s->holders[c->holder - 1].open) {
+            sitem_t *twin = dpp_server_item_twin(s, (sitem_t *)it);
+            if (!twin) {
+                s->outstanding--;
+                if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
+                it->accounted = 0;
+                dpp_server_retire(s, it, false);
+                continue;
+            }
+            dpp_server_hold(s, c, &twin->item, c->unacked[i].delivery_id);
+        }
         sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
         sl_worker_queue_t *q = dpp_server_item_queue(s, it, false);
         /* an ordered batch to its g's place (a re-leased split's lower g's
@@ -199,16 +216,18 @@ static void *sender_main(void *arg)
                 uint64_t id = ++s->next_delivery;
                 bool shm_on = c->shm_on;
                 ((sitem_t *)it)->senders++;
-                c->unacked[c->n_unacked++] = (unacked_t){it, id};
+                /* shm_on (read under the lock) is set before the
+                 * connection's first credit: every batch of it goes one
+                 * way, but a client holding its share of blocks gets
+                 * payloads until it releases some */
+                bool by_shm = it->in_shm && shm_on && dpp_server_hold_room(s, c);
+                c->unacked[c->n_unacked++] = (unacked_t){it, id, by_shm};
                 if (!it->lease.order_g_plus_one)
                     c->credits--; /* ordered: the window's */
                 else
                     s->st.ordered_sent++;
                 c->sending = true;
                 size_t len = it->len;
-                /* shm_on (read under the lock) is set before the
-                 * connection's first credit: every batch of it goes one way */
-                bool by_shm = it->in_shm && shm_on;
                 /* Counted before the send and taken back if it fails: the
                  * client may acknowledge the batch (and
                  * sl_worker_server_wait_done return) before this thread
@@ -236,7 +255,7 @@ static void *sender_main(void *arg)
                     bi.rank_plus_one = it->lease.rank_plus_one;
                     bi.order_g_plus_one = it->lease.order_g_plus_one;
                 }
-                if (by_shm) { /* a descriptor: the client copies the frame out of the heap */
+                if (by_shm) { /* a descriptor: the client reads the frame in the heap */
                     bi.shm_offset = it->shm_offset;
                     bi.shm_length = it->len;
                 }
@@ -311,11 +330,15 @@ static bool handle_ack(struct sl_worker_server *s, client_t *c, const Sluice__Dp
             return false;
         }
         sl_worker_server_item_t *it = c->unacked[j].item;
+        bool by_shm = c->unacked[j].by_shm;
         memmove(c->unacked + j, c->unacked + j + 1, (c->n_unacked - j - 1) * sizeof *c->unacked);
         c->n_unacked--;
         s->outstanding--;
-        dpp_server_item_acked(s, it);
+        /* zero copy: the client still reads the block until it releases it */
+        dpp_server_item_consumed(s, it);
+        if (!by_shm || !dpp_server_hold(s, c, it, id)) dpp_server_item_free(s, it);
     }
+    if (!dpp_server_release(s, c, ack->released_ids, ack->n_released_ids, msg, cap)) return false;
     pthread_cond_broadcast(&s->cv);
     return true;
 }
@@ -411,6 +434,7 @@ void *dpp_server_client_main(void *arg)
     /* a client that can map shared frames, on a worker that has a heap:
      * its WELCOME names the side channel and this connection's nonce */
     bool offer_shm = h->shm && s->o.shm && s->shm_lfd >= 0;
+    bool h_shm_hold = h->shm_hold;
     sl_mutex_unlock(&s->mu);
     sl_rpc_frame_free(&f);
     uint8_t nonce[SL_RPC_SHM_NONCE_BYTES];
@@ -419,6 +443,7 @@ void *dpp_server_client_main(void *arg)
     if (offer_shm) {
         memcpy(c->shm_nonce, nonce, sizeof nonce);
         c->shm_asked = true;
+        c->shm_hold_asked = h_shm_hold;
     }
     c->hello_done = true;
     c->last_rx_ms = sl_clock_ms();
@@ -535,6 +560,7 @@ out:
     sl_mutex_lock(&s->mu);
     /* the sender may have taken a batch between requeue and its exit */
     requeue_unacked(s, c);
+    dpp_server_hold_conn_end(s, c); /* its hold stays while its socket is open */
     s->st.clients_now--;
     s->st.cpu_ns += sl_clock_thread_cpu_ns();
     c->done = true;

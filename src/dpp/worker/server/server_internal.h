@@ -34,12 +34,32 @@ typedef struct sitem {
     uint32_t senders;             /* threads writing the frame now (under s->mu) */
     bool acked;
     frame_ref_t *ref; /* NULL: the frame is this item's alone */
+    /* held by a client past its ACK (server_shm.c): the delivery it went
+     * out as, and the next in its holder's list */
+    uint64_t held_id;
+    struct sitem *held_next;
 } sitem_t;
 
 typedef struct unacked {
     sl_worker_server_item_t *item;
     uint64_t delivery_id;
+    bool by_shm; /* went as a descriptor */
 } unacked_t;
+
+/* A client's hold on the heap (docs/PROTOCOL.md "Shared-memory hand-over",
+ * zero copy): the side channel's socket, kept open by the client while it
+ * maps the heap, and the blocks it holds past their ACK. A slot is taken
+ * when the side channel grants SL_RPC_SHM_HOLD and free again once the
+ * socket ended (every block it held freed then) and its connection is
+ * gone. Under s->mu. */
+typedef struct holder {
+    bool used;
+    bool open;     /* granted and its socket not ended: blocks are kept */
+    bool conn;     /* its connection (client_t.holder) is still there */
+    int fd;        /* the socket once stored (-1 before, and after it ended) */
+    sitem_t *held; /* acknowledged, not released */
+    uint32_t nheld;
+} holder_t;
 
 typedef struct client {
     struct sl_worker_server *s;
@@ -71,7 +91,9 @@ typedef struct client {
      * its REQUEST said attached after that (on: descriptors from now) */
     bool shm_asked, shm_granted, shm_on;
     uint8_t shm_nonce[SL_RPC_SHM_NONCE_BYTES];
-    bool evicting; /* shut down to make room: its threads are ending */
+    bool shm_hold_asked; /* its HELLO said shm_hold */
+    uint32_t holder;     /* 1 + its slot in s->holders (granted hold); 0: none */
+    bool evicting;       /* shut down to make room: its threads are ending */
     /* Fair shares (docs/WORKER.md "Fair shares"): batches for any rank
      * this client took; a client starts at the least of the others'.
      * sending: its sender thread is writing a batch (a client whose socket
@@ -113,6 +135,8 @@ struct sl_worker_server {
     char shm_name[SL_RPC_SHM_NAME_MAX];
     pthread_t shm_thread;
     bool shm_started;
+    holder_t *holders; /* [nholders], under mu: the clients' holds on the heap */
+    uint32_t nholders;
     /* The deterministic order (server_order.c): its hold, created by the
      * first lease of such a job; under order_mu, which is taken before mu
      * and held while released batches go to their queues, so that they
@@ -177,8 +201,36 @@ void dpp_server_frame_free(struct sl_worker_server *s, void *frame, size_t len);
 
 /* server_shm.c: the side channel's thread (arg: the server): accepts on
  * shm_lfd and hands the heap's memfd to connections whose nonce a
- * waiting client was given, until the server stops. */
+ * waiting client was given, until the server stops; watches the holders'
+ * sockets and ends a hold when its socket does. */
 void *dpp_server_shm_main(void *arg);
+
+/* Under s->mu. May c get one more batch as a descriptor? Not when it holds
+ * max_credits blocks already: it then gets payloads (the frame stays in the
+ * heap only until its ACK), so one client never holds more than its share. */
+bool dpp_server_hold_room(const struct sl_worker_server *s, const client_t *c) SL_REQUIRES(s->mu);
+/* Under s->mu. it (consumed: acknowledged and counted) went to c as a
+ * descriptor: keep its block for c's holder until released. @return false
+ * when c holds nothing (the caller frees it as before). */
+bool dpp_server_hold(struct sl_worker_server *s, const client_t *c, sl_worker_server_item_t *it,
+                     uint64_t delivery_id) SL_REQUIRES(s->mu);
+/* Under s->mu: c's client let these deliveries' blocks go (Ack.released_ids).
+ * @return false (msg says why) for an id this worker never sent. */
+bool dpp_server_release(struct sl_worker_server *s, const client_t *c, const uint64_t *ids,
+                        size_t n, char *msg, size_t cap) SL_REQUIRES(s->mu);
+/* Under s->mu: c's connection is gone (its holder stays while its socket
+ * is open). */
+void dpp_server_hold_conn_end(struct sl_worker_server *s, client_t *c) SL_REQUIRES(s->mu);
+/* Under s->mu: end every hold (destroy: the shm thread has ended). */
+void dpp_server_holds_free(struct sl_worker_server *s) SL_REQUIRES(s->mu);
+/* Under s->mu: a second item sharing it's frame (the frame then lives until
+ * both are freed), for a hold on a block whose batch goes back to the
+ * queue. @return NULL when out of memory. */
+sitem_t *dpp_server_item_twin(struct sl_worker_server *s, sitem_t *si) SL_REQUIRES(s->mu);
+/* Under s->mu: it was acknowledged: counted, its pinned memory given back,
+ * its lease told; not freed (dpp_server_item_acked is this and the free). */
+void dpp_server_item_consumed(struct sl_worker_server *s, sl_worker_server_item_t *it)
+    SL_REQUIRES(s->mu);
 
 /* server_conn.c: a connection's receiver thread (arg: its client_t), which
  * starts its sender once the handshake is done. */
