@@ -79,6 +79,8 @@ struct sl_pq_reader {
     /* Tests only: the list pass goes one level at a time, never 64 at once
      * (the two must give the same batches). */
     bool level_by_level;
+    /* Tests only: the list pass from level masks without popcnt. */
+    bool no_popcnt;
 
     /* output */
     sl_pq_batch_t b;

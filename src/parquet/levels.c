@@ -60,17 +60,31 @@ static void level_masks(const uint8_t *D, const uint8_t *R, uint8_t ed, uint8_t 
  * validity bytes of the slots are the valid bits of the elements. The
  * caller has room for the block's rows and 64 slots (the validity bytes
  * past the block's slots may be written: the next slots overwrite them). */
-static inline void list_masks(uint64_t S, uint64_t E, uint64_t V, uint64_t L, uint32_t *rows_p,
-                              uint32_t *slots_p, uint32_t *nvals_p, uint32_t *loff, uint8_t *lvalid,
-                              uint8_t *valid)
+static inline __attribute__((always_inline)) void
+list_masks(uint64_t S, uint64_t E, uint64_t V, uint64_t L, uint32_t *rows_p, uint32_t *slots_p,
+           uint32_t *nvals_p, uint32_t *loff, uint8_t *lvalid, uint8_t *valid, bool pc)
 {
     uint32_t rows = *rows_p, slots = *slots_p;
+    uint64_t c = 0;
+    if (pc) {
+        /* with a popcnt instruction (the caller is compiled for it): a
+         * row's offset is the element bits below its start, counted */
+        c = (uint64_t)__builtin_popcountll(E);
+        if ((S & ~L) == 0) /* no null list */
+            for (; S != 0; S &= S - 1) {
+                loff[rows] = slots + (uint32_t)__builtin_popcountll(E & ((S & -S) - 1));
+                lvalid[rows++] = 1;
+            }
+        for (; S != 0; S &= S - 1) {
+            loff[rows] = slots + (uint32_t)__builtin_popcountll(E & ((S & -S) - 1));
+            lvalid[rows++] = (uint8_t)((L >> __builtin_ctzll(S)) & 1);
+        }
+    }
     /* before[j]: the element levels among levels 0..j-1, 8 at a time: the
      * 8 bits spread one a byte (as rle_unpack_u8 does), their running sums
      * by one multiply (a byte holds at most 64) */
     uint8_t before[64];
-    uint64_t c = 0;
-    for (unsigned q = 0; q < 8; q++) {
+    for (unsigned q = 0; q < 8 && !pc; q++) {
         const uint64_t ones = UINT64_C(0x0101010101010101);
         uint64_t x = (((E >> (8 * q)) & 0xff) * ones) & UINT64_C(0x8040201008040201);
         x = ((x + UINT64_C(0x7f7f7f7f7f7f7f7f)) >> 7) & ones;
@@ -119,7 +133,7 @@ void sl_pq_list_block64(const uint8_t *D, const uint8_t *R, uint8_t ed, uint8_t 
 {
     uint64_t S, E, V, L;
     level_masks(D, R, ed, md, &S, &E, &V, &L);
-    list_masks(S, E, V, L, rows_p, slots_p, nvals_p, loff, lvalid, valid);
+    list_masks(S, E, V, L, rows_p, slots_p, nvals_p, loff, lvalid, valid, false);
 }
 
 /* ---- levels as bit planes ---- */
@@ -178,7 +192,8 @@ static sl_err_t refill_planes(sl_pq_reader_t *r, uint32_t n, sl_error_t *err)
     return SL_OK;
 }
 
-void sl_pq_list_planes(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *nvals, bool *full)
+static inline __attribute__((always_inline)) void list_planes(sl_pq_reader_t *r, uint32_t max_rows,
+                                                              uint32_t *nvals, bool *full, bool pc)
 {
     sl_pq_batch_t *b = &r->b;
     uint32_t rows = b->rows, slots = b->slots, nv = 0, i = r->lv_pos;
@@ -201,7 +216,7 @@ void sl_pq_list_planes(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *nvals, bo
             }
         }
         list_masks(S, bits_at(r->pl_e, i) & keep, bits_at(r->pl_v, i) & keep, bits_at(r->pl_l, i),
-                   &rows, &slots, &nv, b->list_off, b->list_valid, b->valid);
+                   &rows, &slots, &nv, b->list_off, b->list_valid, b->valid, pc);
         i += blk;
         if (*full) break;
     }
@@ -209,6 +224,28 @@ void sl_pq_list_planes(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *nvals, bo
     b->slots = slots;
     r->lv_pos = i;
     *nvals += nv;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* The pass compiled for popcnt, taken where the CPU has it (the build
+ * targets the baseline x86-64, which does not): a row's offset without a
+ * table of running counts on the stack. */
+__attribute__((target("popcnt"))) static void
+list_planes_popcnt(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *nvals, bool *full)
+{
+    list_planes(r, max_rows, nvals, full, true);
+}
+#endif
+
+void sl_pq_list_planes(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *nvals, bool *full)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("popcnt") && !r->no_popcnt) {
+        list_planes_popcnt(r, max_rows, nvals, full);
+        return;
+    }
+#endif
+    list_planes(r, max_rows, nvals, full, false);
 }
 
 /* A list column's levels straight from their runs, without the level

@@ -464,20 +464,35 @@ Test(parquet_levels_fast, list_pass_of_64_levels_as_one_at_a_time)
         sl_pq_file_t *file;
         cr_assert_eq(sl_pq_file_open(&src, "mem", NULL, &file, &err), SL_OK, "seed %llu: %s",
                      (unsigned long long)seed, err.msg);
-        sl_pq_reader_t *fast, *slow;
+        /* the masks' pass with popcnt where the CPU has it, and without */
+        sl_pq_reader_t *fast, *slow, *nopc;
         cr_assert_eq(sl_pq_reader_new(file, 0, 0, &fast, &err), SL_OK, "%s", err.msg);
         cr_assert_eq(sl_pq_reader_new(file, 0, 0, &slow, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_pq_reader_new(file, 0, 0, &nopc, &err), SL_OK, "%s", err.msg);
         slow->level_by_level = true;
+        nopc->no_popcnt = true;
         uint32_t row = 0;
         for (;;) {
             /* batches of one row, a few, about 64, or many */
             static const uint32_t sizes[] = {1, 7, 63, 64, 65, 129, 1000, 4096};
             uint32_t max = sizes[tu_below(&rng, 8)];
-            const sl_pq_batch_t *a, *b;
+            const sl_pq_batch_t *a, *b, *c;
             cr_assert_eq(sl_pq_reader_next(fast, max, &a, &err), SL_OK, "seed %llu: %s",
                          (unsigned long long)seed, err.msg);
             cr_assert_eq(sl_pq_reader_next(slow, max, &b, &err), SL_OK, "seed %llu: %s",
                          (unsigned long long)seed, err.msg);
+            cr_assert_eq(sl_pq_reader_next(nopc, max, &c, &err), SL_OK, "seed %llu: %s",
+                         (unsigned long long)seed, err.msg);
+            cr_assert_eq(c->rows, b->rows, "seed %llu round %u row %u", (unsigned long long)seed,
+                         round, row);
+            cr_assert_eq(c->slots, b->slots, "seed %llu round %u row %u", (unsigned long long)seed,
+                         round, row);
+            cr_assert_arr_eq(c->list_off, b->list_off, ((size_t)c->rows + 1) * 4,
+                             "seed %llu round %u row %u", (unsigned long long)seed, round, row);
+            cr_assert_arr_eq(c->list_valid, b->list_valid, c->rows, "seed %llu round %u row %u",
+                             (unsigned long long)seed, round, row);
+            cr_assert_arr_eq(c->valid, b->valid, c->slots, "seed %llu round %u row %u",
+                             (unsigned long long)seed, round, row);
             cr_assert_eq(a->rows, b->rows, "seed %llu round %u row %u", (unsigned long long)seed,
                          round, row);
             cr_assert_eq(a->slots, b->slots, "seed %llu round %u row %u", (unsigned long long)seed,
@@ -510,6 +525,7 @@ Test(parquet_levels_fast, list_pass_of_64_levels_as_one_at_a_time)
         cr_assert_eq(row, t.n, "seed %llu round %u", (unsigned long long)seed, round);
         sl_pq_reader_destroy(fast);
         sl_pq_reader_destroy(slow);
+        sl_pq_reader_destroy(nopc);
         sl_pq_file_destroy(file);
         free(f.b);
         free_rows(&t);
