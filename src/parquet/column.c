@@ -121,6 +121,7 @@ static void reader_init(sl_pq_reader_t *r, sl_pq_file_t *f, uint32_t rg, uint32_
     r->prev_len = 0;
     r->bss_count = r->bss_pos = 0;
     r->lv_len = r->lv_pos = 0;
+    r->planes = false;
     r->b.kind = c->kind;
     r->b.rows = r->b.slots = 0;
     r->bytes_len = 0;
@@ -568,7 +569,7 @@ static bool grow_pair(const sl_allocator_t *a, void **p0, size_t o0, size_t n0, 
     return true;
 }
 
-static sl_err_t reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err)
+sl_err_t sl_pq_reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err)
 {
     if (n <= r->slots_cap) return SL_OK;
     size_t cap = r->slots_cap ? r->slots_cap : 1024;
@@ -642,49 +643,6 @@ static void scatter(sl_pq_reader_t *r, uint32_t at, uint32_t n)
 #undef SL_PQ_SCATTER
 }
 
-/* A list column's levels straight from their runs, without the level
- * scratch: while the repetition levels are a repeated run of 0 (a row per
- * level: lists of at most one element, Criteo's single ids) and the
- * definition levels a repeated run of one level, *k rows (0: not such
- * runs) of one element each (valid or null) or of none (empty or null
- * lists) go into the batch at once; *nvals: the valid elements. */
-static sl_err_t whole_rows(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *k, uint32_t *nvals,
-                           sl_error_t *err)
-{
-    sl_pq_batch_t *b = &r->b;
-    const uint32_t ed = (uint32_t)r->c->elem_def, md = (uint32_t)r->c->max_def;
-    uint32_t rn, rv, dn, dv;
-    *k = *nvals = 0;
-    if (r->page_left == 0) return SL_OK;
-    TRY(sl_pq_rle_repeated(&r->rep, &rn, &rv, err));
-    if (rn == 0 || rv != 0) return SL_OK;
-    TRY(sl_pq_rle_repeated(&r->def, &dn, &dv, err));
-    if (dn == 0 || dv > md) return SL_OK; /* a level above the maximum: refill names it */
-    uint32_t n = rn < dn ? rn : dn;
-    n = n < r->page_left ? n : r->page_left;
-    n = n < max_rows - b->rows ? n : max_rows - b->rows;
-    if (n == 0) return SL_OK;
-    uint32_t rows = b->rows, slots = b->slots;
-    memset(b->list_valid + rows, dv + 1 >= ed, n);
-    if (dv >= ed) { /* one element a row */
-        TRY(reserve_slots(r, (size_t)slots + n, err));
-        for (uint32_t i = 0; i < n; i++)
-            b->list_off[rows + i] = slots + i;
-        memset(b->valid + slots, dv == md, n);
-        *nvals = dv == md ? n : 0;
-        b->slots = slots + n;
-    } else { /* empty or null lists */
-        for (uint32_t i = 0; i < n; i++)
-            b->list_off[rows + i] = slots;
-    }
-    b->rows = rows + n;
-    sl_pq_rle_skip(&r->rep, n);
-    sl_pq_rle_skip(&r->def, n);
-    r->page_left -= n;
-    *k = n;
-    return SL_OK;
-}
-
 sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_batch_t **out,
                            sl_error_t *err)
 {
@@ -694,7 +652,7 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
     b->rows = b->slots = 0;
     r->bytes_len = 0;
     if (max_rows == 0) return sl_error_set(err, SL_ERR_INVALID, "a batch of 0 rows");
-    TRY(reserve_slots(r, c->is_list ? 1024 : max_rows, err));
+    TRY(sl_pq_reserve_slots(r, c->is_list ? 1024 : max_rows, err));
     TRY(reserve_rows(r, max_rows, err));
     if (c->kind == SL_PQ_KIND_BYTES) {
         b->bytes_off[0] = 0;
@@ -717,7 +675,7 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
              * memset); without a definition level every slot is valid. */
             uint32_t n = r->page_left < SL_PQ_LEVEL_CHUNK ? r->page_left : SL_PQ_LEVEL_CHUNK;
             if (n > max_rows - b->rows) n = max_rows - b->rows;
-            TRY(reserve_slots(r, (size_t)at + n, err));
+            TRY(sl_pq_reserve_slots(r, (size_t)at + n, err));
             if (c->max_def == 0) {
                 memset(b->valid + at, 1, n);
                 nvals = n;
@@ -741,7 +699,7 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
         }
         if (r->lv_pos == r->lv_len) {
             uint32_t k = 0;
-            if (whole_rows(r, max_rows, &k, &nvals, err) != SL_OK) return where(r, err);
+            if (sl_pq_whole_rows(r, max_rows, &k, &nvals, err) != SL_OK) return where(r, err);
             if (k > 0) {
                 if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
                 if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
@@ -750,7 +708,21 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
             }
         }
         if (r->lv_pos == r->lv_len && sl_pq_levels_refill(r, err) != SL_OK) return where(r, err);
-        TRY(reserve_slots(r, (size_t)b->slots + (r->lv_len - r->lv_pos), err));
+        /* 64 more: a block of the list pass stores 64 validity bytes */
+        TRY(sl_pq_reserve_slots(r, (size_t)b->slots + (r->lv_len - r->lv_pos) + 64, err));
+        if (r->planes) {
+            if (b->rows == 0 && r->rows_read == 0 && r->lv_pos < r->lv_len &&
+                ((r->pl_s[r->lv_pos >> 6] >> (r->lv_pos & 63)) & 1) == 0) {
+                sl_error_set(err, SL_ERR_CORRUPT,
+                             "the chunk starts inside a list (repetition level 1)");
+                return where(r, err);
+            }
+            sl_pq_list_planes(r, max_rows, &nvals, &full);
+            if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
+            if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
+            scatter(r, at, nvals);
+            continue;
+        }
         /* a list column: a level with repetition 0 starts a row; one at or
          * above elem_def is an element, valid at max_def */
         const uint8_t *D = r->lv_def, *R = r->lv_rep;

@@ -66,9 +66,21 @@ struct sl_pq_reader {
     uint8_t lv_def[SL_PQ_LEVEL_CHUNK], lv_rep[SL_PQ_LEVEL_CHUNK]; /* levels fit: depth <= 64 */
     uint32_t idx[SL_PQ_LEVEL_CHUNK];
     uint32_t lv_len, lv_pos;
+    /* A list column whose definition levels take at most 2 bits (every
+     * list layout but a list nested in optional structs) and whose
+     * repetition levels take 1 keeps its levels as bit masks instead
+     * (levels.c): bit i of pl_s says level i starts a row, of pl_e that it
+     * is an element, of pl_v a valid one, of pl_l that its row's list is
+     * not null. One word more than the levels need, so that 64 bits from
+     * any level are two loads. */
+    bool planes;
+    uint64_t pl_s[SL_PQ_LEVEL_CHUNK / 64 + 1], pl_e[SL_PQ_LEVEL_CHUNK / 64 + 1],
+        pl_v[SL_PQ_LEVEL_CHUNK / 64 + 1], pl_l[SL_PQ_LEVEL_CHUNK / 64 + 1];
     /* Tests only: the list pass goes one level at a time, never 64 at once
      * (the two must give the same batches). */
     bool level_by_level;
+    /* Tests only: the list pass from level masks without popcnt. */
+    bool no_popcnt;
 
     /* output */
     sl_pq_batch_t b;
@@ -102,6 +114,9 @@ sl_err_t sl_pq_dict_set(sl_pq_reader_t *r, size_t len, uint32_t n, sl_error_t *e
 /* Room for n more bytes of output. */
 sl_err_t sl_pq_bytes_reserve(sl_pq_reader_t *r, size_t n, sl_error_t *err);
 
+/* column.c: room for n slots in the batch (contents kept). */
+sl_err_t sl_pq_reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err);
+
 /* The bits needed to hold v (0 for 0). */
 static inline unsigned sl_pq_bit_width(unsigned v)
 {
@@ -114,6 +129,19 @@ static inline unsigned sl_pq_bit_width(unsigned v)
 /* levels.c: decode the next SL_PQ_LEVEL_CHUNK levels of the page into
  * r->lv_def and r->lv_rep (checked against the maxima). */
 sl_err_t sl_pq_levels_refill(sl_pq_reader_t *r, sl_error_t *err);
+/* levels.c: while the repetition levels are a repeated run of 0 and the
+ * definition levels a repeated run of one level, *k rows (0: not such
+ * runs) go into the batch at once, straight from the runs (see there). */
+sl_err_t sl_pq_whole_rows(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *k, uint32_t *nvals,
+                          sl_error_t *err);
+/* levels.c: whether the list pass of r's column goes over level planes
+ * (r->planes; never for a reader taking one level at a time). */
+bool sl_pq_levels_planar(const sl_pq_reader_t *r);
+/* levels.c: the list pass over the level planes from r->lv_pos into r's
+ * batch (room reserved for every level left), stopping before the row
+ * that would make it over max_rows (*full then set); *nvals: the valid
+ * elements added. */
+void sl_pq_list_planes(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *nvals, bool *full);
 /* levels.c: the list pass over 64 levels D, R at once (see there). */
 void sl_pq_list_block64(const uint8_t *D, const uint8_t *R, uint8_t ed, uint8_t md,
                         uint32_t *rows_p, uint32_t *slots_p, uint32_t *nvals_p, uint32_t *loff,

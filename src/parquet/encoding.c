@@ -294,6 +294,99 @@ sl_err_t sl_pq_rle_get_u8(sl_pq_rle_t *r, uint8_t *out, uint32_t n, sl_error_t *
     return SL_OK;
 }
 
+/* The bits [at, at + k) of the plane p set. */
+static void fill_bits(uint64_t *p, uint32_t at, uint32_t k)
+{
+    while (k > 0) {
+        unsigned o = at & 63, m = 64 - o < k ? 64 - o : k;
+        p[at >> 6] |= (m == 64 ? ~UINT64_C(0) : (UINT64_C(1) << m) - 1) << o;
+        at += m;
+        k -= m;
+    }
+}
+
+/* The m <= 64 low bits of x ORed into the plane p from bit at. */
+static inline void or_bits(uint64_t *p, uint32_t at, uint64_t x, unsigned m)
+{
+    unsigned o = at & 63;
+    p[at >> 6] |= x << o;
+    if (o != 0 && o + m > 64) p[(at >> 6) + 1] |= x >> (64 - o);
+}
+
+/* Bits 0, 2, 4, .. 62 of x gathered into bits 0..31 (no BMI2's pext in
+ * the baseline x86-64: five shift-and-mask steps). */
+static inline uint64_t even_bits(uint64_t x)
+{
+    x &= UINT64_C(0x5555555555555555);
+    x = (x | x >> 1) & UINT64_C(0x3333333333333333);
+    x = (x | x >> 2) & UINT64_C(0x0f0f0f0f0f0f0f0f);
+    x = (x | x >> 4) & UINT64_C(0x00ff00ff00ff00ff);
+    x = (x | x >> 8) & UINT64_C(0x0000ffff0000ffff);
+    return (x | x >> 16) & UINT64_C(0x00000000ffffffff);
+}
+
+sl_err_t sl_pq_rle_get_bits(sl_pq_rle_t *r, uint64_t *p0, uint64_t *p1, uint32_t at, uint32_t n,
+                            sl_error_t *err)
+{
+    const unsigned w = r->width;
+    if (w != 1 && w != 2)
+        return sl_error_set(err, SL_ERR_INVALID, "%u-bit values decoded into bit planes", w);
+    /* values a load: 56 bits of the run, whatever its shift (<= 7) */
+    const unsigned per = w == 1 ? 56 : 28;
+    while (n > 0) {
+        if (r->left == 0) {
+            SL_FORWARD_IF_ERROR(rle_next_run(r, err));
+        }
+        uint32_t k = r->left < n ? r->left : n;
+        if (!r->packed) {
+            if (r->value & 1) fill_bits(p0, at, k);
+            if (r->value & 2) fill_bits(p1, at, k);
+        } else {
+            if ((r->run_pos + k) * w > (uint64_t)r->run_len * 8)
+                return sl_error_set(err, SL_ERR_TRUNCATED,
+                                    "bit-packed run runs past the end of its data");
+            const uint8_t *run = r->run;
+            /* loads stay inside the decoder's buffer; bytes past the run
+             * are masked off (as rle_unpack's) */
+            const size_t room = (size_t)(r->end - run);
+            uint64_t bit = r->run_pos * w;
+            uint32_t i = 0;
+            /* from a group's start (a byte) on, 64 bits a load: 64 levels
+             * of 1 bit, 32 of 2 */
+            if ((bit & 7) == 0)
+                for (const unsigned m = 64 / w; k - i >= m && (bit >> 3) + 8 <= room;
+                     i += m, bit += 64) {
+                    uint64_t x = sl_le_get_u64(run + (bit >> 3));
+                    if (w == 1) {
+                        or_bits(p0, at + i, x, 64);
+                    } else {
+                        or_bits(p0, at + i, even_bits(x), 32);
+                        or_bits(p1, at + i, even_bits(x >> 1), 32);
+                    }
+                }
+            while (i < k) {
+                unsigned m = k - i < per ? k - i : per, nb = m * w;
+                uint64_t x = (bit >> 3) + 8 <= room ? sl_le_get_u64(run + (bit >> 3)) >> (bit & 7)
+                                                    : sl_pq_bits(run, r->run_len, bit, nb);
+                x &= (UINT64_C(1) << nb) - 1;
+                if (w == 1) {
+                    or_bits(p0, at + i, x, m);
+                } else {
+                    or_bits(p0, at + i, even_bits(x), m);
+                    or_bits(p1, at + i, even_bits(x >> 1), m);
+                }
+                i += m;
+                bit += nb;
+            }
+            r->run_pos += k;
+        }
+        r->left -= k;
+        at += k;
+        n -= k;
+    }
+    return SL_OK;
+}
+
 sl_err_t sl_pq_rle_repeated(sl_pq_rle_t *r, uint32_t *count, uint32_t *value, sl_error_t *err)
 {
     if (r->left == 0) {

@@ -42,6 +42,15 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
 /* The same values into bytes, for a width of at most 8 bits (levels:
  * a schema is at most 64 deep); SL_ERR_INVALID for a wider one. */
 sl_err_t sl_pq_rle_get_u8(sl_pq_rle_t *r, uint8_t *out, uint32_t n, sl_error_t *err);
+/* Levels of width 1 or 2 as bit planes: bit at + i of p0 is bit 0 of
+ * value i of the next n, of p1 its bit 1 (p1 unused at width 1). ORed in:
+ * the caller zeroes the planes (room for bits at..at + n). A repeated run
+ * is a fill of a bit range, a bit-packed run is its packed bits moved
+ * (width 1) or split into their even and odd bits (width 2), up to 56
+ * bits of the run a load. SL_ERR_INVALID for another width; the errors of
+ * sl_pq_rle_get otherwise. */
+sl_err_t sl_pq_rle_get_bits(sl_pq_rle_t *r, uint64_t *p0, uint64_t *p1, uint32_t at, uint32_t n,
+                            sl_error_t *err);
 /* *count: the values left in the current run when it is a repeated one
  * (the next run is started when the current one is used up), *value its
  * value; *count 0 when the run is bit-packed. @return SL_OK, or the next

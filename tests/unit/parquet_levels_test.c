@@ -145,6 +145,82 @@ Test(parquet_levels_fast, bytes_decode_as_the_general_decoder)
     cr_assert_eq(sl_pq_rle_get_u8(&r, got8, 1, &err), SL_ERR_INVALID);
 }
 
+Test(parquet_levels_fast, bit_planes_as_the_general_decoder)
+{
+    uint64_t seed = tu_seed("parquet_levels_fast::bit_planes_as_the_general_decoder");
+    uint64_t rng = seed;
+    enum { N = 5000 };
+    static uint8_t v[N];
+    static uint32_t got32[N];
+    static uint64_t p0[N / 64 + 3], p1[N / 64 + 3];
+    for (unsigned width = 1; width <= 2; width++) {
+        for (unsigned rep = 0; rep < 40; rep++) {
+            for (uint32_t i = 0; i < N;) {
+                uint32_t k = 1 + (uint32_t)tu_below(&rng, tu_below(&rng, 2) ? 200 : 3);
+                uint8_t x = (uint8_t)tu_below(&rng, 1u << width);
+                for (uint32_t j = 0; j < k && i < N; j++, i++)
+                    v[i] = tu_below(&rng, 3) ? x : (uint8_t)tu_below(&rng, 1u << width);
+            }
+            w_t w = {0};
+            hybrid(&w, v, N, width, &rng);
+            sl_pq_rle_t a, b;
+            sl_pq_rle_init(&a, w.b, w.n, width);
+            sl_pq_rle_init(&b, w.b, w.n, width);
+            sl_error_t err = {0};
+            memset(p0, 0, sizeof p0);
+            memset(p1, 0, sizeof p1);
+            /* the planes from a random first bit, in random pieces: 1 to
+             * 150 values, starting anywhere in a run and in a word */
+            uint32_t base = (uint32_t)tu_below(&rng, 64);
+            for (uint32_t at = 0; at < N;) {
+                uint32_t k = 1 + (uint32_t)tu_below(&rng, 150);
+                k = k < N - at ? k : N - at;
+                cr_assert_eq(sl_pq_rle_get_bits(&a, p0, p1, base + at, k, &err), SL_OK,
+                             "seed %llu width %u: %s", (unsigned long long)seed, width, err.msg);
+                at += k;
+            }
+            cr_assert_eq(sl_pq_rle_get(&b, got32, N, &err), SL_OK, "seed %llu: %s",
+                         (unsigned long long)seed, err.msg);
+            for (uint32_t i = 0; i < N; i++) {
+                uint32_t bit = base + i;
+                unsigned got =
+                    (unsigned)((p0[bit / 64] >> (bit % 64)) & 1) |
+                    (width == 2 ? (unsigned)((p1[bit / 64] >> (bit % 64)) & 1) << 1 : 0u);
+                cr_assert_eq(got, v[i], "seed %llu width %u value %u: %u, want %u",
+                             (unsigned long long)seed, width, i, got, v[i]);
+                cr_assert_eq(got32[i], v[i], "seed %llu width %u value %u",
+                             (unsigned long long)seed, width, i);
+            }
+            /* no bit outside [base, base + N) is set */
+            cr_assert_eq(p0[0] & ((UINT64_C(1) << base) - 1), 0);
+            cr_assert_eq(p1[0] & ((UINT64_C(1) << base) - 1), 0);
+            for (uint32_t bit = base + N; bit < 64 * (N / 64 + 3); bit++) {
+                cr_assert_eq((p0[bit / 64] >> (bit % 64)) & 1, 0, "bit %u", bit);
+                cr_assert_eq((p1[bit / 64] >> (bit % 64)) & 1, 0, "bit %u", bit);
+            }
+            /* past the end: the same error as the general decoder's */
+            cr_assert_eq(sl_pq_rle_get_bits(&a, p0, p1, 0, 100, &err),
+                         sl_pq_rle_get(&b, got32, 100, &err));
+            free(w.b);
+        }
+    }
+    /* a bit-packed run cut short is refused, not read past its bytes */
+    sl_pq_rle_t r;
+    uint8_t run[] = {(2 << 1) | 1, 0xff, 0xff, 0xff}; /* 2 groups of 2 bits: 4 bytes, 3 there */
+    sl_pq_rle_init(&r, run, sizeof run, 2);
+    sl_error_t err = {0};
+    memset(p0, 0, sizeof p0);
+    memset(p1, 0, sizeof p1);
+    cr_assert_eq(sl_pq_rle_get_bits(&r, p0, p1, 0, 12, &err), SL_OK);
+    cr_assert_eq(p0[0], 0xfff);
+    cr_assert_eq(p1[0], 0xfff);
+    cr_assert_eq(sl_pq_rle_get_bits(&r, p0, p1, 12, 1, &err), SL_ERR_TRUNCATED);
+    cr_assert_str_eq(err.msg, "bit-packed run runs past the end of its data");
+    /* a width of 3 bits is refused */
+    sl_pq_rle_init(&r, run, sizeof run, 3);
+    cr_assert_eq(sl_pq_rle_get_bits(&r, p0, p1, 0, 1, &err), SL_ERR_INVALID);
+}
+
 /* ---- a list column, written at random and read both ways ---- */
 
 typedef struct rows {
@@ -157,13 +233,25 @@ typedef struct rows {
     uint8_t *valid;   /* [slots] */
     int64_t *slotval; /* [slots]: 0 for a null element */
     uint32_t slots;
-    bool required; /* required elements: max_def 2, levels checked one by one */
+    /* the layout: optional elements (max_def 3, element at 2), required
+     * ones (max_def 2: a level of 3 is checked for), or a bare repeated
+     * field (the legacy two-level list: max_def 1, element at 1, no null
+     * lists or elements) */
+    int layout;
 } rows_t;
+
+enum { OPTIONAL_ELEMS, REQUIRED_ELEMS, BARE_REPEATED };
+
+/* The definition level of a valid element, and its bit width. */
+static uint8_t max_def(const rows_t *t)
+{
+    return t->layout == OPTIONAL_ELEMS ? 3 : t->layout == REQUIRED_ELEMS ? 2 : 1;
+}
 
 /* n rows of an optional list of optional int64 (max_def 3, element at
  * 2; required elements: max_def 2, never null): stretches of single elements (the reader's
  * whole-row path), of lists of 0 to 6 elements, of null or empty lists, of null elements. */
-static void make_rows(rows_t *t, uint32_t n, bool required, uint64_t *rng)
+static void make_rows(rows_t *t, uint32_t n, int layout, uint64_t *rng)
 {
     memset(t, 0, sizeof *t);
     size_t cap = (size_t)n * 8 + 8;
@@ -176,7 +264,8 @@ static void make_rows(rows_t *t, uint32_t n, bool required, uint64_t *rng)
     t->slotval = malloc(cap * 8);
     cr_assert(t->rep && t->def && t->vals && t->off && t->lvalid && t->valid && t->slotval);
     t->n = n;
-    t->required = required;
+    t->layout = layout;
+    bool required = layout != OPTIONAL_ELEMS, bare = layout == BARE_REPEATED;
     uint32_t r = 0;
     while (r < n) {
         uint32_t stretch = 1 + (uint32_t)tu_below(rng, 300), kind = (uint32_t)tu_below(rng, 5);
@@ -202,18 +291,19 @@ static void make_rows(rows_t *t, uint32_t n, bool required, uint64_t *rng)
                 nulls = (int)tu_below(rng, 8) == 0 ? 2 : (int)tu_below(rng, 4) == 0;
                 break;
             }
+            if (bare && nulls == 2) nulls = 0; /* no null lists */
             if (nulls == 2) len = 0;
             t->lvalid[r] = nulls != 2;
             if (len == 0) {
                 t->rep[t->levels] = 0;
-                t->def[t->levels++] = nulls == 2 ? 0 : 1;
+                t->def[t->levels++] = nulls == 2 || bare ? 0 : 1;
                 continue;
             }
             for (uint32_t e = 0; e < len; e++) {
                 bool ok = required || nulls == 0 || tu_below(rng, 3) != 0;
                 int64_t x = (int64_t)tu_below(rng, 1000000);
                 t->rep[t->levels] = e == 0 ? 0 : 1;
-                t->def[t->levels++] = ok ? (required ? 2 : 3) : 2;
+                t->def[t->levels++] = ok ? max_def(t) : 2;
                 t->valid[t->slots] = ok;
                 t->slotval[t->slots++] = ok ? x : 0;
                 if (ok) t->vals[t->nvals++] = x;
@@ -234,11 +324,12 @@ static void free_rows(rows_t *t)
     free(t->slotval);
 }
 
-/* A file of one column "l" (optional list, optional or required int64
- * elements) in
- * one row group of pages of at most page_levels levels each (pages start
- * at row starts), uncompressed v1, PLAIN values. */
-static void list_file(w_t *f, const rows_t *t, uint32_t page_levels, uint64_t *rng)
+/* A file of one column "l" (optional list of optional or required int64
+ * elements, or a bare repeated int64) in one row group of pages of at
+ * most page_levels levels each (pages start at row starts), uncompressed
+ * data pages v1 (levels with their length) or v2 (the lengths in the
+ * header), PLAIN values. */
+static void list_file(w_t *f, const rows_t *t, uint32_t page_levels, bool v2, uint64_t *rng)
 {
     put(f, "PAR1", 4);
     uint32_t lv = 0, vi = 0;
@@ -248,26 +339,38 @@ static void list_file(w_t *f, const rows_t *t, uint32_t page_levels, uint64_t *r
             end++;
         uint32_t nv = 0;
         for (uint32_t i = lv; i < end; i++)
-            nv += t->def[i] == (t->required ? 2 : 3);
+            nv += t->def[i] == max_def(t);
         w_t rep = {0}, def = {0}, page = {0};
         hybrid(&rep, t->rep + lv, end - lv, 1, rng);
-        hybrid(&def, t->def + lv, end - lv, 2, rng);
-        uint32_t l = (uint32_t)rep.n;
-        put(&page, &l, 4);
+        hybrid(&def, t->def + lv, end - lv, t->layout == BARE_REPEATED ? 1 : 2, rng);
+        uint32_t l = (uint32_t)rep.n, rows = 0;
+        for (uint32_t i = lv; i < end; i++)
+            rows += t->rep[i] == 0;
+        if (!v2) put(&page, &l, 4);
         put(&page, rep.b, rep.n);
         l = (uint32_t)def.n;
-        put(&page, &l, 4);
+        if (!v2) put(&page, &l, 4);
         put(&page, def.b, def.n);
         put(&page, t->vals + vi, (size_t)nv * 8);
         w_t h = {0};
-        fint(&h, 1, SL_PQ_T_I32, 0);
+        fint(&h, 1, SL_PQ_T_I32, v2 ? 3 : 0); /* DATA_PAGE_V2 or DATA_PAGE */
         fint(&h, 1, SL_PQ_T_I32, (int64_t)page.n);
         fint(&h, 1, SL_PQ_T_I32, (int64_t)page.n);
-        byte(&h, 2 << 4 | SL_PQ_T_STRUCT); /* field 5: DataPageHeader */
-        fint(&h, 1, SL_PQ_T_I32, end - lv);
-        fint(&h, 1, SL_PQ_T_I32, SL_PQ_ENC_PLAIN);
-        fint(&h, 1, SL_PQ_T_I32, 3);
-        fint(&h, 1, SL_PQ_T_I32, 3);
+        if (v2) {
+            byte(&h, 5 << 4 | SL_PQ_T_STRUCT); /* field 8: DataPageHeaderV2 */
+            fint(&h, 1, SL_PQ_T_I32, end - lv);
+            fint(&h, 1, SL_PQ_T_I32, end - lv - nv); /* num_nulls */
+            fint(&h, 1, SL_PQ_T_I32, rows);
+            fint(&h, 1, SL_PQ_T_I32, SL_PQ_ENC_PLAIN);
+            fint(&h, 1, SL_PQ_T_I32, (int64_t)def.n);
+            fint(&h, 1, SL_PQ_T_I32, (int64_t)rep.n);
+        } else {
+            byte(&h, 2 << 4 | SL_PQ_T_STRUCT); /* field 5: DataPageHeader */
+            fint(&h, 1, SL_PQ_T_I32, end - lv);
+            fint(&h, 1, SL_PQ_T_I32, SL_PQ_ENC_PLAIN);
+            fint(&h, 1, SL_PQ_T_I32, 3);
+            fint(&h, 1, SL_PQ_T_I32, 3);
+        }
         byte(&h, 0);
         byte(&h, 0);
         put(f, h.b, h.n);
@@ -281,25 +384,33 @@ static void list_file(w_t *f, const rows_t *t, uint32_t page_levels, uint64_t *r
     }
     int64_t chunk = (int64_t)f->n - 4;
     w_t m = {0};
+    bool bare = t->layout == BARE_REPEATED;
     fint(&m, 1, SL_PQ_T_I32, 1);
-    byte(&m, 1 << 4 | SL_PQ_T_LIST); /* schema: 4 elements */
-    byte(&m, 4 << 4 | SL_PQ_T_STRUCT);
+    byte(&m, 1 << 4 | SL_PQ_T_LIST); /* schema: 4 elements (2 bare) */
+    byte(&m, (bare ? 2 : 4) << 4 | SL_PQ_T_STRUCT);
     fbin(&m, 4, "schema");
     fint(&m, 1, SL_PQ_T_I32, 1);
     byte(&m, 0);
-    fint(&m, 3, SL_PQ_T_I32, 1); /* l: optional group, LIST */
-    fbin(&m, 1, "l");
-    fint(&m, 1, SL_PQ_T_I32, 1);
-    fint(&m, 1, SL_PQ_T_I32, 3);
-    byte(&m, 0);
-    fint(&m, 3, SL_PQ_T_I32, 2); /* list: repeated group */
-    fbin(&m, 1, "list");
-    fint(&m, 1, SL_PQ_T_I32, 1);
-    byte(&m, 0);
-    fint(&m, 1, SL_PQ_T_I32, SL_PQ_INT64); /* element: optional (or required) int64 */
-    fint(&m, 2, SL_PQ_T_I32, t->required ? 0 : 1);
-    fbin(&m, 1, "element");
-    byte(&m, 0);
+    if (bare) { /* l: repeated int64 */
+        fint(&m, 1, SL_PQ_T_I32, SL_PQ_INT64);
+        fint(&m, 2, SL_PQ_T_I32, 2);
+        fbin(&m, 1, "l");
+        byte(&m, 0);
+    } else {
+        fint(&m, 3, SL_PQ_T_I32, 1); /* l: optional group, LIST */
+        fbin(&m, 1, "l");
+        fint(&m, 1, SL_PQ_T_I32, 1);
+        fint(&m, 1, SL_PQ_T_I32, 3);
+        byte(&m, 0);
+        fint(&m, 3, SL_PQ_T_I32, 2); /* list: repeated group */
+        fbin(&m, 1, "list");
+        fint(&m, 1, SL_PQ_T_I32, 1);
+        byte(&m, 0);
+        fint(&m, 1, SL_PQ_T_I32, SL_PQ_INT64); /* element: optional (or required) int64 */
+        fint(&m, 2, SL_PQ_T_I32, t->layout == REQUIRED_ELEMS ? 0 : 1);
+        fbin(&m, 1, "element");
+        byte(&m, 0);
+    }
     fint(&m, 1, SL_PQ_T_I64, t->n); /* num_rows */
     byte(&m, 1 << 4 | SL_PQ_T_LIST);
     byte(&m, 1 << 4 | SL_PQ_T_STRUCT); /* one row group */
@@ -311,9 +422,9 @@ static void list_file(w_t *f, const rows_t *t, uint32_t page_levels, uint64_t *r
     byte(&m, 1 << 4 | SL_PQ_T_I32);
     varint(&m, 0);
     byte(&m, 1 << 4 | SL_PQ_T_LIST);
-    byte(&m, 3 << 4 | SL_PQ_T_BINARY);
+    byte(&m, (bare ? 1 : 3) << 4 | SL_PQ_T_BINARY);
     const char *parts[] = {"l", "list", "element"};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < (bare ? 1 : 3); i++) {
         varint(&m, strlen(parts[i]));
         put(&m, parts[i], strlen(parts[i]));
     }
@@ -341,11 +452,11 @@ Test(parquet_levels_fast, list_pass_of_64_levels_as_one_at_a_time)
     uint64_t rng = seed;
     for (unsigned round = 0; round < 12; round++) {
         rows_t t;
-        make_rows(&t, 2000 + (uint32_t)tu_below(&rng, 20000), round % 3 == 2, &rng);
+        make_rows(&t, 2000 + (uint32_t)tu_below(&rng, 20000), (int)(round % 3), &rng);
         w_t f = {0};
         /* pages of a few levels to more than the reader's level scratch */
         uint32_t page_levels = tu_below(&rng, 2) ? 100 + (uint32_t)tu_below(&rng, 2000) : 1u << 20;
-        list_file(&f, &t, page_levels, &rng);
+        list_file(&f, &t, page_levels, round % 4 >= 2, &rng);
         sl_pq_memory_t mem;
         sl_pq_source_t src;
         sl_pq_source_memory(&mem, f.b, f.n, &src);
@@ -353,20 +464,35 @@ Test(parquet_levels_fast, list_pass_of_64_levels_as_one_at_a_time)
         sl_pq_file_t *file;
         cr_assert_eq(sl_pq_file_open(&src, "mem", NULL, &file, &err), SL_OK, "seed %llu: %s",
                      (unsigned long long)seed, err.msg);
-        sl_pq_reader_t *fast, *slow;
+        /* the masks' pass with popcnt where the CPU has it, and without */
+        sl_pq_reader_t *fast, *slow, *nopc;
         cr_assert_eq(sl_pq_reader_new(file, 0, 0, &fast, &err), SL_OK, "%s", err.msg);
         cr_assert_eq(sl_pq_reader_new(file, 0, 0, &slow, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_pq_reader_new(file, 0, 0, &nopc, &err), SL_OK, "%s", err.msg);
         slow->level_by_level = true;
+        nopc->no_popcnt = true;
         uint32_t row = 0;
         for (;;) {
             /* batches of one row, a few, about 64, or many */
             static const uint32_t sizes[] = {1, 7, 63, 64, 65, 129, 1000, 4096};
             uint32_t max = sizes[tu_below(&rng, 8)];
-            const sl_pq_batch_t *a, *b;
+            const sl_pq_batch_t *a, *b, *c;
             cr_assert_eq(sl_pq_reader_next(fast, max, &a, &err), SL_OK, "seed %llu: %s",
                          (unsigned long long)seed, err.msg);
             cr_assert_eq(sl_pq_reader_next(slow, max, &b, &err), SL_OK, "seed %llu: %s",
                          (unsigned long long)seed, err.msg);
+            cr_assert_eq(sl_pq_reader_next(nopc, max, &c, &err), SL_OK, "seed %llu: %s",
+                         (unsigned long long)seed, err.msg);
+            cr_assert_eq(c->rows, b->rows, "seed %llu round %u row %u", (unsigned long long)seed,
+                         round, row);
+            cr_assert_eq(c->slots, b->slots, "seed %llu round %u row %u", (unsigned long long)seed,
+                         round, row);
+            cr_assert_arr_eq(c->list_off, b->list_off, ((size_t)c->rows + 1) * 4,
+                             "seed %llu round %u row %u", (unsigned long long)seed, round, row);
+            cr_assert_arr_eq(c->list_valid, b->list_valid, c->rows, "seed %llu round %u row %u",
+                             (unsigned long long)seed, round, row);
+            cr_assert_arr_eq(c->valid, b->valid, c->slots, "seed %llu round %u row %u",
+                             (unsigned long long)seed, round, row);
             cr_assert_eq(a->rows, b->rows, "seed %llu round %u row %u", (unsigned long long)seed,
                          round, row);
             cr_assert_eq(a->slots, b->slots, "seed %llu round %u row %u", (unsigned long long)seed,
@@ -399,6 +525,7 @@ Test(parquet_levels_fast, list_pass_of_64_levels_as_one_at_a_time)
         cr_assert_eq(row, t.n, "seed %llu round %u", (unsigned long long)seed, round);
         sl_pq_reader_destroy(fast);
         sl_pq_reader_destroy(slow);
+        sl_pq_reader_destroy(nopc);
         sl_pq_file_destroy(file);
         free(f.b);
         free_rows(&t);
@@ -445,5 +572,51 @@ Test(parquet_levels_fast, dictionary_index_out_of_range_anywhere_in_a_group)
                 }
             }
         }
+    }
+}
+
+Test(parquet_levels_fast, definition_level_above_its_maximum_refused)
+{
+    /* required elements (maximum 2, levels of 2 bits): a level of 3 at a
+     * random place is refused by the bit-plane pass with the message of
+     * the byte pass */
+    uint64_t seed = tu_seed("parquet_levels_fast::definition_level_above_its_maximum_refused");
+    uint64_t rng = seed;
+    for (unsigned round = 0; round < 6; round++) {
+        rows_t t;
+        make_rows(&t, 3000, REQUIRED_ELEMS, &rng);
+        uint32_t at = (uint32_t)tu_below(&rng, t.levels);
+        t.def[at] = 3;
+        w_t f = {0};
+        list_file(&f, &t, 100 + (uint32_t)tu_below(&rng, 5000), round % 2 == 1, &rng);
+        sl_pq_memory_t mem;
+        sl_pq_source_t src;
+        sl_pq_source_memory(&mem, f.b, f.n, &src);
+        sl_error_t err = {0};
+        sl_pq_file_t *file;
+        cr_assert_eq(sl_pq_file_open(&src, "mem", NULL, &file, &err), SL_OK, "%s", err.msg);
+        char msg[2][SL_ERROR_MSG_MAX];
+        for (int slow = 0; slow < 2; slow++) {
+            sl_pq_reader_t *r;
+            cr_assert_eq(sl_pq_reader_new(file, 0, 0, &r, &err), SL_OK, "%s", err.msg);
+            r->level_by_level = slow;
+            const sl_pq_batch_t *b;
+            sl_err_t rc;
+            while ((rc = sl_pq_reader_next(r, 4096, &b, &err)) == SL_OK && b->rows > 0)
+                ;
+            cr_assert_eq(rc, SL_ERR_CORRUPT, "seed %llu round %u slow %d: %s",
+                         (unsigned long long)seed, round, slow, err.msg);
+            snprintf(msg[slow], sizeof msg[slow], "%s", err.msg);
+            sl_pq_reader_destroy(r);
+        }
+        cr_assert_str_eq(msg[0], msg[1], "seed %llu round %u", (unsigned long long)seed, round);
+        char want[64];
+        snprintf(want, sizeof want, ": level 3 of 2 (definition) or %u of 1 (repetition)",
+                 t.rep[at]);
+        cr_assert_not_null(strstr(msg[0], want), "seed %llu round %u: %s (want %s)",
+                           (unsigned long long)seed, round, msg[0], want);
+        sl_pq_file_destroy(file);
+        free(f.b);
+        free_rows(&t);
     }
 }
