@@ -192,6 +192,10 @@ static void summary_counts(const wk_t *w, counts_t *c)
     cr_assert(found, "no store line in the summary of %s", w->log);
 }
 
+/* the workers' --threads: 1 reads on the reader thread alone, more
+ * through the stripe lanes (runtime/lanes.c) */
+static const char *fleet_threads = "1";
+
 typedef struct fleet {
     fu_master_t m;
     char *job;
@@ -251,7 +255,7 @@ static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rn
         snprintf(w->log, sizeof w->log, "%s/%s-%s.log", fu_dir, id, w->id);
         const char *argv[] = {fu_binary(), "worker",      "--master", f->m.ctl,   "--job-id",
                               f->job,      "--worker-id", w->id,      "--listen", "127.0.0.1:0",
-                              "--threads", "1",           "--admin",  w->admin,   NULL};
+                              "--threads", fleet_threads, "--admin",  w->admin,   NULL};
         w->pid = fu_spawn(argv, -1, w->log);
     }
     setenv("AWS_ENDPOINT_URL", su.endpoint, 1);
@@ -472,11 +476,14 @@ static void workers_went_on(fleet_t *f)
  * as a server that ignores the Range: each such read fails at once (a
  * protocol error is not retried); those splits fail (--max-split-failures
  * 1) and are skipped, the workers go on, and every other row is delivered
- * exactly once in each epoch, the same ids in both. */
+ * exactly once in each epoch, the same ids in both. The workers read with
+ * two stripe lanes here (the failure reaches the reader from a lane), one
+ * thread under "fail" below. */
 Test(s3_faults_fleet, an_ignored_range_fails_the_splits_not_the_workers_and_they_are_skipped,
      .timeout = 240)
 {
     uint64_t rng = tu_seed("s3_faults_fleet.range_skip");
+    fleet_threads = "2";
     fleet_t f;
     fleet_up(&f, "s3range", "\"on_bad_split\":\"skip\",", &rng, "part-00001", 4);
     clients_end(&f);
