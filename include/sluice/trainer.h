@@ -139,7 +139,8 @@ typedef struct sl_trainer_stats {
     uint64_t batches; /* handed out by sl_trainer_next */
     uint64_t samples;
     uint64_t bytes;      /* frame bytes received (payloads and headers) */
-    uint64_t wait_ns;    /* time sl_trainer_next spent waiting for data */
+    uint64_t wait_ns;    /* time sl_trainer_next spent waiting for data, the call in
+                            progress included (as /metrics); never falls */
     uint64_t reconnects; /* to workers and (master mode) to the master */
     uint32_t queued;     /* decoded batches ready now */
     /* master mode (0 in direct mode): */

@@ -603,7 +603,9 @@ class Client:
 
     def stats(self) -> Dict[str, Any]:
         """The C client's counters as a dict (batches, samples, bytes,
-        wait_ns, reconnects, queued; in master mode also workers, committed,
+        wait_ns: time next() spent waiting for data, the call in progress
+        included, as /metrics counts it, never falling; reconnects, queued;
+        in master mode also workers, committed,
         dropped; batches_shm and batches_socket: batches received through
         shared memory and over the socket) and the freshness of Kafka samples at hand-over:
         freshness_buckets (a list of counts, not cumulative),

@@ -289,7 +289,16 @@ void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out)
     out->batches = atomic_load(&m->batches);
     out->samples = atomic_load(&m->samples);
     out->bytes = atomic_load(&m->bytes);
-    out->wait_ns = atomic_load(&m->wait_ns);
+    /* The wait counts the sl_trainer_next call in progress (tr_wait_ns), as
+     * GET /metrics and CLIENT_STATS do: a trainer blocked in one long call
+     * shows its stall while it lasts. The sum may dip for a moment at a
+     * call's end (the call leaves wait_since before its time is added), so
+     * the most reported is its floor: the figure never falls. */
+    uint64_t wait = tr_wait_ns(t, sl_clock_ns());
+    uint64_t shown = atomic_load(&m->stats_wait_ns);
+    while (wait > shown && !atomic_compare_exchange_weak(&m->stats_wait_ns, &shown, wait)) {
+    }
+    out->wait_ns = wait > shown ? wait : shown;
     out->reconnects = atomic_load(&m->reconnects);
     out->queued = atomic_load(&m->queued);
     sl_age_counts_t fc;

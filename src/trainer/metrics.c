@@ -72,15 +72,8 @@ static char *render(const sl_trainer_t *t)
 {
     sl_trainer_stats_t s;
     sl_trainer_stats(t, &s);
-    /* The wait counts the sl_trainer_next call in progress, as CLIENT_STATS
-     * does: a trainer blocked in one long call shows its stall while it
-     * lasts. A counter never falls: the most reported is its floor. */
-    sl_trainer_t *m = (sl_trainer_t *)t; /* atomics only */
-    uint64_t wait = tr_wait_ns(t, sl_clock_ns());
-    uint64_t shown = atomic_load(&m->metrics_wait_ns);
-    while (wait > shown && !atomic_compare_exchange_weak(&m->metrics_wait_ns, &shown, wait)) {
-    }
-    s.wait_ns = wait > shown ? wait : shown;
+    /* s.wait_ns counts the sl_trainer_next call in progress, floored so that
+     * the counter never falls (sl_trainer_stats) */
     sl_prom_t p;
     sl_prom_init(&p, t->a);
     for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++) {

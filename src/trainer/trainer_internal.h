@@ -183,9 +183,10 @@ struct sl_trainer {
      * wait is reported while it lasts, not only once the call returns
      * (tr_wait_ns). Written by the one thread that calls next. */
     _Atomic uint64_t wait_since;
-    /* The most wait GET /metrics reported (ns): the counter's floor, as
-     * tr_wait_ns may dip for a moment at a call's end (metrics.c). */
-    _Atomic uint64_t metrics_wait_ns;
+    /* The most wait sl_trainer_stats reported (ns; GET /metrics reports
+     * through it): the figure's floor, as tr_wait_ns may dip for a moment
+     * at a call's end. */
+    _Atomic uint64_t stats_wait_ns;
     _Atomic uint64_t batches_shm, batches_socket;
     _Atomic uint32_t queued, workers;
 

@@ -13,7 +13,11 @@
  * server_error = its SlowDowns, network_error = its resets, no failure.
  * A second test answers one file's stripe GETs SlowDown without end: each
  * fails after its 5 attempts, those splits follow on_bad_split "skip",
- * and every other row is delivered exactly once per epoch. */
+ * and every other row is delivered exactly once per epoch. Two more answer
+ * them as a server that ignores the Range (200 OK with more bytes): a
+ * failure of the split's store read, not of the worker, so the workers
+ * stay up and report the splits naming the object, under "skip" (every
+ * other row exactly once) and "fail" (the job fails naming it). */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
 
@@ -65,7 +69,8 @@ typedef struct plan {
     uint64_t rng;
     int storm_left, storm_kind; /* requests left in the current storm, 1 reset / 2 SlowDown */
     int storms;
-    const char *dead;    /* GETs of stripes of this object: SlowDown, always */
+    const char *dead;    /* GETs of stripes of this object: dead_fault, always */
+    int dead_fault;      /* su_proxy_t's plan: 2 SlowDown, 4 the Range ignored */
     long long dead_size; /* its size */
     bool calm;           /* no storms */
     uint64_t key[KEYS];
@@ -101,7 +106,7 @@ static int storm_plan(su_proxy_t *p, const char *head, size_t len)
         long long a = -1, b = -1;
         if (r && sscanf(r + 15, "%lld-%lld", &a, &b) == 2 && a > 0 &&
             b < pl->dead_size - FOOTER_ZONE)
-            return 2;
+            return pl->dead_fault;
         return 0;
     }
     if (pl->calm) return 0;
@@ -187,6 +192,10 @@ static void summary_counts(const wk_t *w, counts_t *c)
     cr_assert(found, "no store line in the summary of %s", w->log);
 }
 
+/* the workers' --threads: 1 reads on the reader thread alone, more
+ * through the stripe lanes (runtime/lanes.c) */
+static const char *fleet_threads = "1";
+
 typedef struct fleet {
     fu_master_t m;
     char *job;
@@ -201,9 +210,10 @@ typedef struct fleet {
 /* The table in a fresh bucket, the master (direct to the server), the job
  * (extra: more top-level keys of its spec, ending in a comma), the proxy
  * with the plan seeded from rng (or, given dead, only that object's
- * requests answered SlowDown, always), the workers (through the proxy) and the
- * clients. */
-static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rng, const char *dead)
+ * stripe requests answered with dead_fault, always), the workers (through
+ * the proxy) and the clients. */
+static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rng, const char *dead,
+                     int dead_fault)
 {
     su_env();
     char b[64], table[300], spec[1024], url[300];
@@ -225,6 +235,7 @@ static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rn
     f->plan = calloc(1, sizeof *f->plan);
     f->plan->rng = *rng;
     f->plan->dead = dead;
+    f->plan->dead_fault = dead_fault;
     f->plan->dead_size = up_dead_size;
     f->plan->calm = dead != NULL;
     su_proxy_start(&f->proxy, su.port);
@@ -244,7 +255,7 @@ static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rn
         snprintf(w->log, sizeof w->log, "%s/%s-%s.log", fu_dir, id, w->id);
         const char *argv[] = {fu_binary(), "worker",      "--master", f->m.ctl,   "--job-id",
                               f->job,      "--worker-id", w->id,      "--listen", "127.0.0.1:0",
-                              "--threads", "1",           "--admin",  w->admin,   NULL};
+                              "--threads", fleet_threads, "--admin",  w->admin,   NULL};
         w->pid = fu_spawn(argv, -1, w->log);
     }
     setenv("AWS_ENDPOINT_URL", su.endpoint, 1);
@@ -316,7 +327,7 @@ Test(s3_faults_fleet, slowdown_storms_and_resets_under_a_job_exactly_once_bounde
 {
     uint64_t rng = tu_seed("s3_faults_fleet.storms");
     fleet_t f;
-    fleet_up(&f, "s3storm", "", &rng, NULL);
+    fleet_up(&f, "s3storm", "", &rng, NULL, 0);
     watch_metrics(&f);
     fu_clients_join(f.c, f.th, 2);
     cr_assert_eq(f.c[0].samples + f.c[1].samples, EPOCHS * ROWS, "delivered %llu + %llu samples",
@@ -361,7 +372,7 @@ Test(s3_faults_fleet, a_storm_past_the_retry_budget_fails_the_splits_and_they_ar
 {
     uint64_t rng = tu_seed("s3_faults_fleet.past_the_budget");
     fleet_t f;
-    fleet_up(&f, "s3dead", "\"on_bad_split\":\"skip\",", &rng, "part-00001");
+    fleet_up(&f, "s3dead", "\"on_bad_split\":\"skip\",", &rng, "part-00001", 2);
     watch_metrics(&f);
     fu_clients_join(f.c, f.th, 2);
     cr_assert(fu_job_finished(&f.m, f.job));
@@ -418,6 +429,135 @@ Test(s3_faults_fleet, a_storm_past_the_retry_budget_fails_the_splits_and_they_ar
     cr_assert(s.failures >= splits && s.failures <= slow / MAX_ATTEMPTS,
               "%lld failed operations for %lld skipped splits and %d failed requests", s.failures,
               splits, slow / MAX_ATTEMPTS);
+    fleet_down(&f);
+}
+
+/* ---- a server that ignores the Range ---- */
+
+#define IGNORED "the server ignored the Range (HTTP 200)"
+
+/* Wait (bounded) for both clients to end. */
+static void clients_end(fleet_t *f)
+{
+    double deadline = fu_now() + tu_timeout(100);
+    while (!atomic_load(&f->c[0].finished) || !atomic_load(&f->c[1].finished)) {
+        cr_assert(fu_now() < deadline, "the job did not end in time; see %s", fu_dir);
+        usleep(100 * 1000);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(f->th[i], NULL);
+}
+
+/* The workers did not fail: each exits 0 once the master has no more
+ * work; at least one of them reported a split of part-00001 failed by the
+ * ignored Range. */
+static void workers_went_on(fleet_t *f)
+{
+    int reported = 0;
+    for (int i = 0; i < WORKERS; i++) {
+        wk_t *w = &f->w[i];
+        int ws = fu_wait_exit(w->pid, 30);
+        cr_assert_neq(ws, -1, "worker %s did not exit; see %s", w->id, w->log);
+        cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "worker %s: status %d; see %s", w->id, ws,
+                  w->log);
+        FILE *fp = fopen(w->log, "r");
+        cr_assert_not_null(fp, "%s", w->log);
+        char line[2048];
+        while (fgets(line, sizeof line, fp))
+            reported += strstr(line, "part-00001") && strstr(line, "reported to the master") &&
+                        strstr(line, IGNORED);
+        fclose(fp);
+    }
+    cr_assert_gt(reported, 0, "no worker reported a split of part-00001 (%s): see %s", IGNORED,
+                 fu_dir);
+}
+
+/* Every GET of one file's stripes (but those its footer shares) answered
+ * as a server that ignores the Range: each such read fails at once (a
+ * protocol error is not retried); those splits fail (--max-split-failures
+ * 1) and are skipped, the workers go on, and every other row is delivered
+ * exactly once in each epoch, the same ids in both. The workers read with
+ * two stripe lanes here (the failure reaches the reader from a lane), one
+ * thread under "fail" below. */
+Test(s3_faults_fleet, an_ignored_range_fails_the_splits_not_the_workers_and_they_are_skipped,
+     .timeout = 240)
+{
+    uint64_t rng = tu_seed("s3_faults_fleet.range_skip");
+    fleet_threads = "2";
+    fleet_t f;
+    fleet_up(&f, "s3range", "\"on_bad_split\":\"skip\",", &rng, "part-00001", 4);
+    clients_end(&f);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(f.c[i].end, SL_ERR_CLOSED, "client %d ended with %s: %s", i,
+                     sl_err_str(f.c[i].end), f.c[i].msg);
+    cr_assert(fu_job_finished(&f.m, f.job));
+    uint64_t per_epoch[EPOCHS] = {0}, twice = 0, differ = 0;
+    for (uint32_t e = 0; e < EPOCHS; e++)
+        for (uint32_t id = 0; id < ROWS; id++) {
+            unsigned n = atomic_load(&f.seen[e * ROWS + id]);
+            per_epoch[e] += n;
+            twice += n > 1;
+            differ += n != atomic_load(&f.seen[id]);
+        }
+    cr_assert_eq(twice, 0, "%llu ids delivered more than once in an epoch",
+                 (unsigned long long)twice);
+    cr_assert_eq(differ, 0, "%llu ids delivered in one epoch and not the other",
+                 (unsigned long long)differ);
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", f.job);
+    json_t *j = fu_get_json(f.m.admin, path);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "finished");
+    long long splits = json_integer_value(json_object_get(j, "skipped_splits"));
+    long long rows = json_integer_value(json_object_get(j, "skipped_rows"));
+    cr_assert(splits > 0 && splits % EPOCHS == 0 && splits < EPOCHS * 20,
+              "%lld splits skipped: not some of the file's 20 in each epoch", splits);
+    cr_assert_eq(rows, splits * 1000, "%lld rows skipped in %lld splits of 1000", rows, splits);
+    for (uint32_t e = 0; e < EPOCHS; e++)
+        cr_assert_eq(per_epoch[e] + (uint64_t)rows / EPOCHS, ROWS,
+                     "epoch %u: %llu samples delivered and %lld skipped", e,
+                     (unsigned long long)per_epoch[e], rows / EPOCHS);
+    json_decref(j);
+    workers_went_on(&f);
+    pthread_mutex_lock(&f.proxy.mu);
+    int faults = f.proxy.faults, slow = f.proxy.n_slowdowns, resets = f.proxy.n_resets;
+    pthread_mutex_unlock(&f.proxy.mu);
+    cr_assert_eq(slow + resets, 0);
+    cr_assert_geq(faults, splits, "%d ignored Ranges for %lld skipped splits", faults, splits);
+    fleet_down(&f);
+}
+
+/* The same under on_bad_split "fail": the job fails naming the object and
+ * the protocol error; the workers do not fail, they exit 0. */
+Test(s3_faults_fleet, an_ignored_range_fails_the_job_naming_the_object_not_the_workers,
+     .timeout = 240)
+{
+    uint64_t rng = tu_seed("s3_faults_fleet.range_fail");
+    fleet_t f;
+    fleet_up(&f, "s3rangefail", "\"on_bad_split\":\"fail\",", &rng, "part-00001", 4);
+    clients_end(&f);
+    int failed_clients = 0;
+    for (int i = 0; i < 2; i++) {
+        if (f.c[i].end == SL_ERR_CLOSED) continue; /* ended before the failure reached it */
+        failed_clients++;
+        cr_assert(strstr(f.c[i].msg, "failed: split") && strstr(f.c[i].msg, "part-00001") &&
+                      strstr(f.c[i].msg, IGNORED),
+                  "client %d ended with %s: %s", i, sl_err_str(f.c[i].end), f.c[i].msg);
+    }
+    cr_assert_gt(failed_clients, 0, "no client was told of the job's failure");
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", f.job);
+    json_t *j = fu_get_json(f.m.admin, path);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
+    json_t *fl = json_object_get(j, "failure");
+    cr_assert(json_is_object(fl), "no failure object");
+    const char *file = json_string_value(json_object_get(fl, "file"));
+    cr_assert(file && strstr(file, "part-00001"), "failure file: %s", file ? file : "(none)");
+    cr_assert_str_eq(json_string_value(json_object_get(fl, "error")), sl_err_str(SL_ERR_PROTOCOL));
+    const char *msg = json_string_value(json_object_get(fl, "message"));
+    cr_assert(msg && strstr(msg, "part-00001") && strstr(msg, IGNORED), "message: %s",
+              msg ? msg : "(none)");
+    json_decref(j);
+    workers_went_on(&f);
     fleet_down(&f);
 }
 

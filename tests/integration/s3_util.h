@@ -144,7 +144,9 @@ SU_FN int su_main(int argc, char *argv[])
  * server (the relay adds "Connection: close") and its answer relayed until
  * the server closes. Every request is counted. A plan function, when set,
  * decides instead (under the proxy's lock, from the request's head: its
- * request line and headers): 0 pass, 1 reset, 2 SlowDown, 3 delay. */
+ * request line and headers): 0 pass, 1 reset, 2 SlowDown, 3 delay, 4 a
+ * server that ignores the Range: 200 OK with more bytes (zeros) than the
+ * Range asks for, as a whole object would come. */
 typedef struct su_proxy su_proxy_t;
 typedef int (*su_plan_fn)(su_proxy_t *p, const char *head, size_t len);
 struct su_proxy {
@@ -166,7 +168,7 @@ SU_FN tu_relay_verdict_t su_proxy_hook(void *ctx, int fd, const char *req, size_
     su_proxy_t *p = ctx;
     pthread_mutex_lock(&p->mu);
     p->requests++;
-    int fault = 0; /* 1 reset, 2 slowdown, 3 delay */
+    int fault = 0; /* 1 reset, 2 slowdown, 3 delay, 4 Range ignored */
     if (p->plan != NULL)
         fault = p->plan(p, req, head);
     else if (p->resets > 0)
@@ -175,7 +177,7 @@ SU_FN tu_relay_verdict_t su_proxy_hook(void *ctx, int fd, const char *req, size_
         p->slowdowns -= !p->slowdown_all, fault = 2;
     else if (p->delays > 0)
         p->delays--, fault = 3;
-    if (fault == 1 || fault == 2) p->faults++;
+    if (fault == 1 || fault == 2 || fault == 4) p->faults++;
     p->n_resets += fault == 1;
     p->n_slowdowns += fault == 2;
     uint32_t delay = p->delay_ms;
@@ -199,6 +201,25 @@ SU_FN tu_relay_verdict_t su_proxy_hook(void *ctx, int fd, const char *req, size_
         return TU_RELAY_HANDLED;
     }
     if (fault == 3) usleep(delay * 1000u);
+    if (fault == 4) {
+        const char *r = memmem(req, head, "\r\nRange: bytes=", 15);
+        long long a = 0, b = 0;
+        if (r == NULL || sscanf(r + 15, "%lld-%lld", &a, &b) != 2 || b < a) b = a = 0;
+        size_t n = (size_t)(b - a + 1) + 4096; /* more than asked: the whole object's start */
+        char hdr[256];
+        int hn = snprintf(hdr, sizeof hdr,
+                          "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                          "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                          n);
+        tu_relay_send_all(fd, hdr, (size_t)hn);
+        static const char zeros[4096];
+        for (size_t sent = 0; sent < n;) {
+            size_t k = n - sent < sizeof zeros ? n - sent : sizeof zeros;
+            if (!tu_relay_send_all(fd, zeros, k)) break; /* the client hung up: enough */
+            sent += k;
+        }
+        return TU_RELAY_HANDLED;
+    }
     return TU_RELAY_PASS;
 }
 

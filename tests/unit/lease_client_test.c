@@ -408,6 +408,13 @@ static sl_worker_lease_client_stats_t revoked_write(fake_t *f, uint64_t max_byte
     f->q[0].cache_name = "00000000000000ab/split-0.slc";
     fm_add(f, 2, 8, 0, NULL, 0);
     f->finish = true;
+    /* the other lease only once the file is written: without a client its
+     * batches (made by the lanes, the fused path) could take the ready
+     * queue's room (4 batches, split 0's own count) before the transform
+     * threads made split 0's last one, which then waits for a trainer, and
+     * the file with it (seen under load; serving split 2 first fails every
+     * time) */
+    f->lease_limit = 1;
     sl_pipeline_job_t *job;
     sl_worker_lease_client_t *ms;
     sl_worker_t *w = start_worker(f, &job, &ms);
@@ -424,6 +431,7 @@ static sl_worker_lease_client_stats_t revoked_write(fake_t *f, uint64_t max_byte
     cr_assert_eq(st.cache_files_written, 1, "the WRITE lease's file was not written");
     *written = st.cache_bytes_written;
     pthread_mutex_lock(&f->mu);
+    f->lease_limit = 0;
     f->revoke_gen = 7;
     pthread_mutex_unlock(&f->mu);
     wait_until(f, revoke_sent, 10);

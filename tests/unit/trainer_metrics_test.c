@@ -500,6 +500,61 @@ Test(trainer_metrics, a_blocked_call_waits_on_the_metrics_while_it_waits)
     close_silent(&w, t);
 }
 
+/* sl_trainer_stats counts the call in progress as GET /metrics does: read
+ * from another thread while sl_trainer_next blocks (a worker that sends
+ * nothing), its wait is above 0, never more than the call's age, and rises
+ * as the clock does between two reads; a scrape then shows no less (one
+ * floor for both); once the call ended, the two agree to the nanosecond. */
+Test(trainer_metrics, a_blocked_calls_wait_shows_in_sl_trainer_stats_while_it_waits)
+{
+    static fake_worker_t w;
+    sl_trainer_t *t = silent_client(&w, "127.0.0.1:0");
+    uint16_t port = sl_trainer_metrics_port(t);
+    sl_trainer_stats_t st;
+    sl_trainer_stats(t, &st);
+    cr_assert_eq(st.wait_ns, 0);
+    blocked_t c = {.t = t, .timeout_ms = (int)(tu_timeout(3) * 1000)};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, call_next, &c), 0);
+    double deadline = now_s() + tu_timeout(10);
+    while (atomic_load(&c.began) == 0) {
+        cr_assert_lt(now_s(), deadline, "the call did not begin");
+        usleep(1000);
+    }
+    double began = atomic_load(&c.began);
+    usleep(200 * 1000);
+    sl_trainer_stats(t, &st);
+    double a1 = now_s();
+    uint64_t s1 = st.wait_ns;
+    usleep(300 * 1000);
+    double b0 = now_s();
+    sl_trainer_stats(t, &st);
+    double b1 = now_s();
+    uint64_t s2 = st.wait_ns;
+    double x0, x1;
+    double v = scrape_wait(port, &x0, &x1);
+    cr_assert_eq(atomic_load(&c.ended), 0, "the call ended before the scrape was answered");
+    cr_assert_gt(s1, 0, "no wait in sl_trainer_stats while blocked");
+    cr_assert_leq(s1 / 1e9, a1 - began, "%.9f s after a call of at most %.9f s", s1 / 1e9,
+                  a1 - began);
+    cr_assert_leq(s2 / 1e9, b1 - began, "%.9f s after a call of at most %.9f s", s2 / 1e9,
+                  b1 - began);
+    cr_assert_geq((s2 - s1) / 1e9, b0 - a1, "rose %.9f s in %.9f s", (s2 - s1) / 1e9, b0 - a1);
+    /* the text rounds to the ns: 1 ns of slack for the double it is read into */
+    cr_assert_geq(v + 1e-9, s2 / 1e9, "/metrics %.9f after sl_trainer_stats %.9f", v, s2 / 1e9);
+    pthread_join(th, NULL);
+    cr_assert_eq(c.rc, SL_ERR_TIMEOUT);
+    sl_trainer_stats(t, &st);
+    double v3 = scrape_wait(port, &x0, &x1);
+    cr_assert_eq(v3, (double)st.wait_ns / 1e9, "%.9f, sl_trainer_stats %.9f", v3,
+                 (double)st.wait_ns / 1e9);
+    cr_assert_geq(st.wait_ns, s2);
+    cr_assert_geq(v3, v);
+    cr_assert_geq((double)st.wait_ns / 1e9, c.timeout_ms / 1e3);
+    cr_assert_leq((double)st.wait_ns / 1e9, atomic_load(&c.ended) - began);
+    close_silent(&w, t);
+}
+
 static int dial(uint16_t port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -194,7 +194,10 @@ static sl_err_t lane_read(dpp_lane_t *l, sl_error_t *err)
     uint64_t tr = now_ns(CLOCK_MONOTONIC);
     l->out.waited_ns = tr - t0;
     const sl_wh_rows_t *rows = NULL;
-    if ((rc = sl_wh_reader_read_stripe(l->r, l->stripe, &rows, err))) return rc;
+    if ((rc = sl_wh_reader_read_stripe(l->r, l->stripe, &rows, err))) {
+        l->out.from_read = true;
+        return rc;
+    }
     uint64_t sb = dpp_batch_bytes(&rows->batch);
     if (sb > l->held) {
         char what[320];
@@ -250,7 +253,7 @@ static void lane_fill(dpp_lane_t *l)
         made_ns += now_ns(CLOCK_MONOTONIC) - t0 - waited;
         if (rc == SL_OK) continue;
         failed = true;
-        bool split = lease && w->source.lease_failed && dpp_worker_split_error(rc) &&
+        bool split = lease && w->source.lease_failed && dpp_worker_split_error(rc, false) &&
                      !atomic_load(&w->stopping);
         if (split) w->source.lease_failed(w->source.ctx, lease, rc, (int32_t)l->stripe, err.msg);
         dpp_worker_retire(w, lease);
@@ -462,7 +465,7 @@ void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe,
     if (rc != SL_OK) {
         l->rc = rc;
         l->err = e;
-        l->out = (dpp_lane_stripe_t){0};
+        l->out = (dpp_lane_stripe_t){.from_read = true}; /* the split's file would not open */
         l->state = LANE_READY;
     } else {
         l->state = LANE_READ;
@@ -503,6 +506,7 @@ sl_err_t dpp_lane_wait(dpp_lane_t *l, dpp_lane_stripe_t *out, sl_error_t *err)
     if (!ready) return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
     if (l->rc != SL_OK) {
         *err = l->err;
+        out->from_read = l->out.from_read;
         return l->rc;
     }
     *out = l->out;

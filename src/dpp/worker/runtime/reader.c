@@ -327,9 +327,11 @@ sl_err_t dpp_reader_open_split(dpp_reader_t *rd, const sl_wh_split_t *sp, sl_err
     if (rd->r && strcmp(rd->path, sp->path) == 0 &&
         (sp->footer_checksum == 0 || sp->footer_checksum == sl_wh_reader_footer_checksum(rd->r))) {
         rc = sl_wh_reader_set_range(rd->r, sp->stripe_begin, sp->stripe_end, err);
+        if (rc != SL_OK) rd->from_read = true;
     } else {
         close_reader(rd);
         rc = sl_wh_reader_open_split(rd->w->table, sp, &rd->ro, &rd->r, err);
+        if (rc != SL_OK) rd->from_read = true;
         if (rc == SL_OK && strlen(sp->path) < sizeof rd->path)
             snprintf(rd->path, sizeof rd->path, "%s", sp->path);
         else
@@ -455,9 +457,11 @@ static sl_err_t read_split(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_
         if (!dpp_reader_work_live(w, wk)) break;
         rd->stripe = (int32_t)st;
         sl_wh_stripe_info_t info;
-        if ((rc = sl_wh_reader_stripe_info(rd->r, st, &info)))
+        if ((rc = sl_wh_reader_stripe_info(rd->r, st, &info))) {
+            rd->from_read = true;
             return sl_error_set(err, rc, "%s: %s %" PRIu64 ": no stripe %u", sp->path,
                                 wk->lease ? "lease of split" : "split", wk->split_id, st);
+        }
         uint64_t end = row + info.rows;
         if (todo[u.ti].from_row >= end) { /* no todo row here: not even read */
             row = end;
@@ -469,6 +473,7 @@ static sl_err_t read_split(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_
         const sl_wh_rows_t *rows = NULL;
         if ((rc = sl_wh_reader_read_stripe(rd->r, st, &rows, err))) {
             sl_worker_budget_release(w->budget, rd->est);
+            rd->from_read = true;
             return rc;
         }
         uint64_t sb = dpp_batch_bytes(&rows->batch);
@@ -655,10 +660,10 @@ static sl_err_t read_table_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, ui
  * gathered of it is discarded, the lease is done, the reader goes on with
  * the next one. @return true when handled so. */
 bool dpp_reader_lease_failed(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc,
-                             sl_error_t *err)
+                             bool from_read, sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
-    if (!wk->lease || !w->source.lease_failed || !dpp_worker_split_error(rc) ||
+    if (!wk->lease || !w->source.lease_failed || !dpp_worker_split_error(rc, from_read) ||
         atomic_load(&w->stopping))
         return false;
     w->source.lease_failed(w->source.ctx, wk->lease, rc, rd->stripe, err->msg);
@@ -787,12 +792,13 @@ sl_err_t dpp_reader_serial_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl
     if (rc) return rc;
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     rd->stripe = -1;
+    rd->from_read = false;
     rc = wk->order_ranks && wk->lease ? read_ordered_unit(rd, wk, t0, err)
          : w->source.read             ? read_own(rd, wk, t0, err)
                                       : read_table_unit(rd, wk, t0, err);
     if (rc != SL_OK && wk->order_ranks && wk->lease)
         sl_worker_server_order_drop(w->server, wk->lease); /* its held batches freed */
-    if (rc != SL_OK && dpp_reader_lease_failed(rd, wk, rc, err)) {
+    if (rc != SL_OK && dpp_reader_lease_failed(rd, wk, rc, rd->from_read, err)) {
         dpp_reader_reset(rd);
         return SL_OK;
     }

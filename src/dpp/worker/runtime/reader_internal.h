@@ -22,6 +22,9 @@ typedef struct dpp_reader {
     sl_dpp_row_range_t *empty; /* [num_empty] rows of the lease that went into no batch */
     uint32_t num_empty, empty_cap;
     int32_t stripe; /* being read (-1: none yet), for a failure report */
+    /* the unit's failure came from the table reader, reading its split's
+     * bytes (dpp_worker_split_error); cleared as a unit begins */
+    bool from_read;
     /* Budget bytes held: the decoded stripe being batched, and the batcher
      * (the batch being filled, its reusable value vectors, a shuffle
      * window). est: what the next stripe is expected to take, the last
@@ -93,11 +96,12 @@ sl_err_t dpp_reader_begin_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_
 void dpp_reader_unit_done(dpp_reader_t *rd, const sl_worker_work_t *wk);
 /* One unit on this thread alone, from its start to done. */
 sl_err_t dpp_reader_serial_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err);
-/* A leased split that cannot be read (rc a split error) is reported to
- * the source (done follows) instead of failing the worker. @return true
- * when handled so. */
+/* A leased split that cannot be read (rc a split error; from_read: rc came
+ * from the table reader, dpp_worker_split_error) is reported to the source
+ * (done follows) instead of failing the worker. @return true when handled
+ * so. */
 bool dpp_reader_lease_failed(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc,
-                             sl_error_t *err);
+                             bool from_read, sl_error_t *err);
 
 /* reader_lanes.c: the reader's loop over rd->lanes, to the source's end
  * (or a stop, or a failure: @return it). */

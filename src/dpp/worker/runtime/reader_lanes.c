@@ -23,6 +23,7 @@ typedef struct unit {
     sl_err_t rc;      /* its failure, reported at its end */
     sl_error_t err;
     int32_t stripe;
+    bool from_read; /* rc came from the table reader (dpp_worker_split_error) */
 } unit_t;
 
 /* A stripe of a unit on a lane (rows [row, end), rows by the footer), or
@@ -69,8 +70,11 @@ static sl_err_t unit_new(lanes_run_t *lr, const sl_worker_work_t *wk, sl_error_t
     u->st = wk->split->stripe_begin;
     u->stripe = -1;
     u->rc = dpp_reader_check_todo(&u->wk, &u->err);
-    if (u->rc == SL_OK && wk->num_todo && (u->rc = dpp_reader_open_split(rd, wk->split, &u->err)))
+    rd->from_read = false;
+    if (u->rc == SL_OK && wk->num_todo && (u->rc = dpp_reader_open_split(rd, wk->split, &u->err))) {
+        u->from_read = rd->from_read;
         dpp_reader_reset(rd);
+    }
     lr->disp = u;
     return SL_OK;
 }
@@ -100,6 +104,7 @@ static bool hand_out(lanes_run_t *lr, bool *no_lane)
         sl_err_t rc = sl_wh_reader_stripe_info(rd->r, u->st, &info);
         if (rc) {
             u->stripe = (int32_t)u->st;
+            u->from_read = true;
             u->rc = sl_error_set(&u->err, rc, "%s: %s %" PRIu64 ": no stripe %u", sp->path,
                                  u->wk.lease ? "lease of split" : "split", u->wk.split_id, u->st);
             break;
@@ -152,10 +157,11 @@ static bool hand_out(lanes_run_t *lr, bool *no_lane)
     return true;
 }
 
-static void unit_fail(unit_t *u, sl_err_t rc, const sl_error_t *e, uint32_t st)
+static void unit_fail(unit_t *u, sl_err_t rc, const sl_error_t *e, uint32_t st, bool from_read)
 {
     if (u->rc) return;
     u->rc = rc;
+    u->from_read = from_read;
     u->err = *e;
     u->stripe = (int32_t)st;
 }
@@ -178,7 +184,7 @@ static void lane_turn(lanes_run_t *lr, const slot_t *s)
     if (rc == SL_OK && ls.rows->batch.batch_size != s->rows)
         rc = sl_error_set(&e, SL_ERR_CORRUPT, "%s stripe %u: %u rows, the footer says %u",
                           ls.rows->file, ls.rows->stripe, ls.rows->batch.batch_size, s->rows);
-    if (rc != SL_OK) unit_fail(u, rc, &e, s->st);
+    if (rc != SL_OK) unit_fail(u, rc, &e, s->st, ls.from_read);
     if (u->rc || u->dead) {
         dpp_lane_finish(s->lane, NULL, true);
         return;
@@ -191,7 +197,7 @@ static void lane_turn(lanes_run_t *lr, const slot_t *s)
                                  s->end, &e);
     rd->lane = NULL;
     rd->stripe_held = 0;
-    if (rc != SL_OK) unit_fail(u, rc, &e, s->st);
+    if (rc != SL_OK) unit_fail(u, rc, &e, s->st, false);
     u->batched = s->end;
     dpp_lane_finish(s->lane, rd->fused, rc != SL_OK);
     uint64_t handoff = rd->handoff_ns - h0, t2 = now_ns(CLOCK_MONOTONIC);
@@ -225,7 +231,7 @@ static sl_err_t end_turn(lanes_run_t *lr, const slot_t *s, sl_error_t *err)
         dpp_reader_unit_done(rd, &u->wk);
     } else {
         rd->stripe = u->stripe;
-        if (dpp_reader_lease_failed(rd, &u->wk, rc, err)) {
+        if (dpp_reader_lease_failed(rd, &u->wk, rc, u->from_read, err)) {
             dpp_reader_reset(rd);
             rc = SL_OK;
         }

@@ -88,13 +88,19 @@ static inline uint64_t now_ns(clockid_t clk)
     return clk == CLOCK_THREAD_CPUTIME_ID ? sl_clock_thread_cpu_ns() : sl_clock_ns();
 }
 
-/* Is rc an error of the data being read or transformed (a split that cannot
- * be read: reported to the master) rather than of the worker (memory,
- * stopping, a broken protocol: the worker fails)? */
-static inline bool dpp_worker_split_error(sl_err_t rc)
+/* Is rc, a failure of the work on a leased split, the split's (reported to
+ * the master; the worker goes on) rather than the worker's (it fails)? By
+ * where it came from, not by its code alone: from_read, reading the
+ * split's bytes through the table reader (its store), makes every failure
+ * the split's (a timeout after the store's retries, a server that ignored
+ * a Range, a bad answer, as much as a corrupt stripe) but want of memory
+ * and the worker's stop. Elsewhere (the data transformed, the worker's own
+ * links: the master, its server) a timeout, a broken protocol or "again"
+ * are the worker's as well. */
+static inline bool dpp_worker_split_error(sl_err_t rc, bool from_read)
 {
-    return rc != SL_OK && rc != SL_ERR_NOMEM && rc != SL_ERR_CLOSED && rc != SL_ERR_PROTOCOL &&
-           rc != SL_ERR_TIMEOUT && rc != SL_ERR_AGAIN;
+    if (rc == SL_OK || rc == SL_ERR_NOMEM || rc == SL_ERR_CLOSED) return false;
+    return from_read || (rc != SL_ERR_PROTOCOL && rc != SL_ERR_TIMEOUT && rc != SL_ERR_AGAIN);
 }
 
 /* Stage times of one batch, for the statistics. */
@@ -218,6 +224,9 @@ typedef struct dpp_lane_stripe {
     const float *weights;
     uint32_t kept;
     uint64_t bytes, read_ns, filter_ns, waited_ns;
+    /* set also when the read failed: the failure came from the table
+     * reader (the split's bytes; dpp_worker_split_error) */
+    bool from_read;
 } dpp_lane_stripe_t;
 sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, dpp_lanes_t **out,
                        sl_error_t *err);

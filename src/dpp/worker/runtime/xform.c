@@ -69,7 +69,7 @@ static sl_err_t batch_failed(sl_worker_t *w, sl_batch_t *batch, uint64_t held,
 {
     sl_worker_budget_release(w->budget, held);
     sl_batch_destroy(batch);
-    bool split = lease->handle && w->source.lease_failed && dpp_worker_split_error(rc) &&
+    bool split = lease->handle && w->source.lease_failed && dpp_worker_split_error(rc, false) &&
                  !atomic_load(&w->stopping);
     /* before the retire: that may be the lease's last batch */
     if (split) w->source.lease_failed(w->source.ctx, lease->handle, rc, -1, err->msg);
