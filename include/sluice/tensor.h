@@ -95,11 +95,6 @@ typedef struct sl_batch {
      * BatchInfo.order_g_plus_one carries it to the trainer client, which
      * sets it on the batches it hands out (docs/PROTOCOL.md). */
     uint64_t order_g_plus_one;
-    /* The buffers are the worker's shared memory, mapped read-only (the
-     * trainer client's zero-copy hand-over, docs/PROTOCOL.md): writing
-     * them faults. Such a batch stays valid until destroyed, whatever
-     * happens to its connection, client or worker. */
-    bool read_only;
 } sl_batch_t;
 
 /* ---- JaggedTensor / KJT ---- */

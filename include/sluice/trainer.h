@@ -80,12 +80,13 @@ typedef struct sl_trainer_opts {
     const char *metrics_address;
     /* Take batches from workers on this host through shared memory
      * (docs/PROTOCOL.md "Shared-memory hand-over"): the client maps the
-     * worker's frame heap read-only and decodes each batch in place there
-     * (zero copy: such a batch is read_only, and its block goes back to the
-     * worker when the batch is freed; $SLUICE_TRAINER_SHM_COPY=1 copies it
-     * out instead) rather than reading it from the socket; where that cannot
-     * work (another host or network namespace, another uid) it stays on the
-     * socket. On unless no_shm, or $SLUICE_TRAINER_SHM is "0". */
+     * worker's frame heap and decodes each batch in place there (zero copy:
+     * the batch may be written, its writes copied on write into this
+     * process, and its block goes back to the worker when the batch is
+     * freed, valid until then whatever happens to the connection, client or
+     * worker; $SLUICE_TRAINER_SHM_COPY=1 copies it out instead) rather than reading it from the
+     * socket; where that cannot work (another host or network namespace, another uid) it stays on
+     * the socket. On unless no_shm, or $SLUICE_TRAINER_SHM is "0". */
     bool no_shm;
 } sl_trainer_opts_t;
 

@@ -106,7 +106,6 @@ class sl_batch_t(ctypes.Structure):
         ("release_ctx", ctypes.c_void_p),
         ("record_ms", ctypes.POINTER(ctypes.c_int64)),
         ("order_g_plus_one", ctypes.c_uint64),
-        ("read_only", ctypes.c_bool),
     ]
 
 

@@ -16,13 +16,13 @@ it is alive any more, otherwise as soon as the last array goes; either way
 the Batch object itself can no longer be read.
 
 A batch from a worker on the same host is read in place in the worker's
-shared memory (zero copy, docs/PROTOCOL.md "Shared-memory hand-over"): its
-arrays are read-only (batch.read_only), and its block goes back to the
-worker when the C batch is released as above. Arrays and tensors made from
-it stay valid after the client closes or the worker goes. Writing into
-them: copy first (np.array(a), tensor.clone()); $SLUICE_TRAINER_SHM_COPY=1
-makes the client copy every frame out instead (writable, as over the
-socket).
+shared memory (zero copy, docs/PROTOCOL.md "Shared-memory hand-over"), and
+its block goes back to the worker when the C batch is released as above.
+Arrays and tensors made from it stay valid after the client closes or the
+worker goes, and may be written (in-place ops): the client's mapping is
+private, so a write copies the page into this process and the worker never
+sees it. $SLUICE_TRAINER_SHM_COPY=1 makes the client copy every frame out
+instead, as over the socket.
 """
 
 import ctypes
@@ -67,9 +67,9 @@ class _View:
         self.owner = owner
         self.__array_interface__ = {
             "version": 3,
-            # a batch read in place in the worker's shared memory is mapped
-            # read-only: its arrays say so (a write raises, never faults)
-            "data": (addr, owner._read_only),
+            # writable, read in place too: the client's mapping of a
+            # worker's heap is private (copy on write)
+            "data": (addr, False),
             "shape": shape,
             "typestr": typestr,
         }
@@ -289,7 +289,6 @@ class Batch:
         self._released = False
         self._live = 0  # arrays alive that point into the batch (see _View)
         b = bptr.contents
-        self._read_only = bool(b.read_only)
         self.batch_size = int(b.batch_size)
         self.dense_names = _strings(b.dense.names, b.dense.cols)
         self.label_names = _strings(b.labels.names, b.labels.cols)
@@ -402,12 +401,6 @@ class Batch:
     @property
     def released(self) -> bool:
         return self._released
-
-    @property
-    def read_only(self) -> bool:
-        """The arrays are views of the worker's shared memory (zero copy):
-        read-only."""
-        return self._read_only
 
     def release(self) -> None:
         """Give the C batch back: now when no array made from it is alive,

@@ -10,7 +10,6 @@ batch row uses, so an EmbeddingBagCollection pools the U unique rows once
 and expands the pooled output to B rows.
 """
 
-import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -27,25 +26,9 @@ except Exception:  # ImportError, or a torchrec/fbgemm that fails to load
     HAVE_TORCHREC = False
 
 
-_READ_ONLY_SEEN = False
-
-
 def _t(a: Optional[np.ndarray]) -> Optional[torch.Tensor]:
-    """numpy -> torch without copying (None stays None). A batch read in
-    place in the worker's shared memory gives read-only arrays, and torch
-    warns once per process on the first one (it has no read-only tensors:
-    writing such a tensor faults); the warning is ours to know, not the
-    user's, so the first such call runs with it silenced."""
-    global _READ_ONLY_SEEN
-    if a is None:
-        return None
-    if _READ_ONLY_SEEN or a.flags.writeable:
-        return torch.from_numpy(a)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        t = torch.from_numpy(a)
-    _READ_ONLY_SEEN = True
-    return t
+    """numpy -> torch without copying (None stays None)."""
+    return None if a is None else torch.from_numpy(a)
 
 
 def kjt_kwargs(part: Union[KJT, IKJT, Dict[str, Any]]) -> Dict[str, Any]:
@@ -82,7 +65,7 @@ def kjt_kwargs(part: Union[KJT, IKJT, Dict[str, Any]]) -> Dict[str, Any]:
     if isinstance(part, dict):  # expand_ikjt / expand_batch output (numpy)
 
         def conv(a: Any) -> Any:
-            return a if a is None or isinstance(a, torch.Tensor) else _t(a)
+            return a if a is None or isinstance(a, torch.Tensor) else torch.from_numpy(a)
 
         return {
             "keys": list(part["keys"]),
@@ -201,11 +184,11 @@ def merged_kjt_kwargs(batch: Batch) -> Dict[str, Any]:
         strides += [[stride]] * f
         r = plain_rows if inverse is None else torch.from_numpy(inverse.astype(np.int64))
         rows += [r] * f
-        values.append(_t(k.values))
-        lengths.append(_t(k.lengths))
+        values.append(torch.from_numpy(k.values))
+        lengths.append(torch.from_numpy(k.lengths))
         if weighted:
             w = k.weights if k.weights is not None else np.ones(k.values.size, np.float32)
-            weights.append(_t(w))
+            weights.append(torch.from_numpy(w))
     return {
         "keys": keys,
         "values": torch.cat(values),

@@ -42,7 +42,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from . import client as _client
-from .torch import _t, kjt_kwargs, merged_kjt_kwargs
+from .torch import kjt_kwargs, merged_kjt_kwargs
 
 
 class _ByGroup(Dict[str, Any]):
@@ -203,7 +203,7 @@ def _unique_kjt(group: "_client.IKJT", rows: Optional[int]) -> KeyedJaggedTensor
         f = len(group.unique.keys)
         lengths = np.zeros((f, rows), dtype=np.int32)
         lengths[:, :u] = group.unique.lengths.reshape(f, u)
-        kw["lengths"] = _t(lengths.reshape(-1))
+        kw["lengths"] = torch.from_numpy(lengths.reshape(-1))
         kw["stride"] = rows
     return KeyedJaggedTensor(**kw)
 
@@ -227,7 +227,7 @@ def to_batch(
         raise ValueError("to_batch: form %r is not one of %s" % (form, ", ".join(FORMS)))
     if unique_rows is not None and form != "unique":
         raise ValueError("to_batch: unique_rows is for form 'unique', not %r" % form)
-    labels = _t(batch.labels)
+    labels = torch.from_numpy(batch.labels)
     if labels.dim() == 2 and labels.shape[1] == 1:
         labels = labels[:, 0]
     ids = batch.sample_ids
@@ -241,10 +241,10 @@ def to_batch(
     else:
         sparse = KeyedJaggedTensor(**merged_kjt_kwargs(batch))
     return Batch(
-        dense_features=_t(batch.dense),
+        dense_features=torch.from_numpy(batch.dense),
         sparse_features=sparse,
         labels=labels,
-        sample_ids=None if ids is None else _t(ids),
+        sample_ids=None if ids is None else torch.from_numpy(ids),
         unique_features=unique,
         inverse_indices=inverse,
         order_g=getattr(batch, "order_g", None),

@@ -251,7 +251,13 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
                             "shared memory @%s: the descriptor is not a sealed memfd of %llu bytes",
                             name, (unsigned long long)size);
     }
-    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, memfd, 0);
+    /* With a hold the batches are read in place and handed to the user,
+     * who may write them (an in-place op on a tensor): a private mapping
+     * keeps such writes in this process (copy on write) where a read-only
+     * one would fault; sl_rpc_shm_forget drops the copies before a block
+     * goes back. Without a hold frames are only copied out. */
+    void *p = hold ? mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE, memfd, 0)
+                   : mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, memfd, 0);
     int e = errno;
     close(memfd);
     if (p == MAP_FAILED && hold) close(s);
@@ -259,6 +265,25 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
         return sl_error_set(err, SL_ERR_IO, "shared memory @%s: mmap of %llu bytes: %s", name,
                             (unsigned long long)size, strerror(e));
     *out = (sl_rpc_shm_map_t){.base = p, .size = size, .hold = hold, .hold_fd = hold ? s : -1};
+    return SL_OK;
+}
+
+sl_err_t sl_rpc_shm_forget(const sl_rpc_shm_map_t *m, uint64_t off, uint64_t len, sl_error_t *err)
+{
+    if (off % SL_RPC_SHM_BLOCK_ALIGN != 0 || off > m->size || len > m->size - off)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "shared memory: [%llu, +%llu) is not a block of the %llu-byte heap",
+                            (unsigned long long)off, (unsigned long long)len,
+                            (unsigned long long)m->size);
+    uint64_t end = off + len;
+    end = end + SL_RPC_SHM_BLOCK_ALIGN - 1 -
+          (end + SL_RPC_SHM_BLOCK_ALIGN - 1) % SL_RPC_SHM_BLOCK_ALIGN;
+    if (end > m->size) end = m->size;
+    /* a private file mapping: the pages read the memfd again on next touch */
+    if (madvise((void *)(m->base + off), (size_t)(end - off), MADV_DONTNEED) != 0)
+        return sl_error_set(err, SL_ERR_IO, "shared memory: madvise of [%llu, +%llu): %s",
+                            (unsigned long long)off, (unsigned long long)(end - off),
+                            strerror(errno));
     return SL_OK;
 }
 

@@ -60,9 +60,17 @@ sl_err_t sl_rpc_shm_serve(int cfd, uint64_t deadline_ms, sl_rpc_shm_check_fn che
 
 /* ---- client side ---- */
 
-/* A read-only mapping of a worker's heap; base NULL: none. hold: the
- * worker granted SL_RPC_SHM_HOLD, and hold_fd is the side channel's
- * socket, kept open until detach (closing it frees what the client held). */
+/* Blocks a worker lends under a hold start on this boundary and own whole
+ * units of it (the worker's heap granule, a page), so that a client can
+ * drop its private copies of one block without touching another's. */
+#define SL_RPC_SHM_BLOCK_ALIGN 4096u
+
+/* A mapping of a worker's heap; base NULL: none. Without a hold it is
+ * read-only (frames are copied out). hold: the worker granted
+ * SL_RPC_SHM_HOLD, hold_fd is the side channel's socket, kept open until
+ * detach (closing it frees what the client held), and the mapping is
+ * private and writable: a user's writes into a batch read in place are
+ * copied on write, kept in this process, never seen by the worker. */
 typedef struct sl_rpc_shm_map {
     const uint8_t *base;
     uint64_t size;
@@ -71,13 +79,21 @@ typedef struct sl_rpc_shm_map {
 } sl_rpc_shm_map_t;
 
 /* Connect to the abstract socket name, present nonce, receive the memfd and
- * map it (PROT_READ, MAP_SHARED) before deadline_ms. The memfd must be
+ * map it (PROT_READ, MAP_SHARED; with a hold PROT_READ | PROT_WRITE,
+ * MAP_PRIVATE) before deadline_ms. The memfd must be
  * sealed against shrinking and at least size bytes: the mapping can never
  * fault. @return SL_ERR_NOT_FOUND when there is no such socket (another
  * host or network namespace), SL_ERR_INVALID when refused, SL_ERR_TIMEOUT,
  * SL_ERR_PROTOCOL for a malformed reply or memfd, SL_ERR_IO. */
 sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_len,
                            uint64_t deadline_ms, sl_rpc_shm_map_t *out, sl_error_t *err);
+
+/* A block of a held mapping [off, off + len) goes back to the worker:
+ * drop this process's copies of its pages (writes made into a batch read
+ * there), so that the next frame the worker puts in the block is read from
+ * the heap, not from a stale private page. off must be a block's start
+ * (SL_RPC_SHM_BLOCK_ALIGN). @return SL_ERR_INVALID, SL_ERR_IO. */
+sl_err_t sl_rpc_shm_forget(const sl_rpc_shm_map_t *m, uint64_t off, uint64_t len, sl_error_t *err);
 
 /* Unmap, and close the hold socket; m may be unmapped (base NULL). */
 void sl_rpc_shm_detach(sl_rpc_shm_map_t *m);

@@ -88,25 +88,30 @@ uint32_t tr_shm_take(tr_shm_t *m, uint64_t *out, uint32_t cap)
 typedef struct held_ref {
     tr_shm_t *m;
     uint64_t delivery_id;
+    uint64_t off, len; /* the block in m's mapping */
 } held_ref_t;
 
 static void release_held(void *ctx)
 {
     held_ref_t *r = ctx;
     tr_shm_t *m = r->m;
-    released(m, r->delivery_id);
+    sl_error_t e = {0};
+    /* the user's writes into the batch are private pages: dropped before
+     * the worker may put another frame there. If they cannot be, the block
+     * is kept (not released) until the hold ends, never read stale. */
+    if (sl_rpc_shm_forget(&m->map, r->off, r->len, &e) == SL_OK) released(m, r->delivery_id);
     sl_free(m->a, r, sizeof *r);
     tr_shm_drop(m);
 }
 
-sl_err_t tr_shm_lend(tr_shm_t *m, uint64_t delivery_id, sl_batch_t *b, sl_error_t *e)
+sl_err_t tr_shm_lend(tr_shm_t *m, uint64_t delivery_id, uint64_t off, uint64_t len, sl_batch_t *b,
+                     sl_error_t *e)
 {
     held_ref_t *r = sl_alloc(m->a, sizeof *r);
     if (!r) return sl_error_set(e, SL_ERR_NOMEM, "out of memory");
     tr_shm_keep(m);
-    *r = (held_ref_t){m, delivery_id};
+    *r = (held_ref_t){m, delivery_id, off, len};
     b->release = release_held;
     b->release_ctx = r;
-    b->read_only = true;
     return SL_OK;
 }

@@ -326,9 +326,11 @@ void tr_shm_drop(tr_shm_t *m);
 void tr_shm_end(tr_shm_t *m);
 /* Up to cap released delivery ids, taken out to be sent. m may be NULL. */
 uint32_t tr_shm_take(tr_shm_t *m, uint64_t *out, uint32_t cap);
-/* b points into m's mapping (delivery delivery_id): b keeps a reference,
- * is read-only, and its destroy releases the block. @return SL_ERR_NOMEM. */
-sl_err_t tr_shm_lend(tr_shm_t *m, uint64_t delivery_id, sl_batch_t *b, sl_error_t *e);
+/* b points into m's mapping, the block [off, off + len) of delivery
+ * delivery_id: b keeps a reference, and its destroy drops the user's
+ * private writes to the block and releases it. @return SL_ERR_NOMEM. */
+sl_err_t tr_shm_lend(tr_shm_t *m, uint64_t delivery_id, uint64_t off, uint64_t len, sl_batch_t *b,
+                     sl_error_t *e);
 
 /* ---- metrics.c ---- */
 

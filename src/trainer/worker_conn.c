@@ -508,15 +508,18 @@ static sl_err_t shm_payload(tr_conn_t *c, sl_rpc_frame_t *f, sl_batch_t **held, 
                             "shared-memory frame of %" PRIu64 " bytes (limit %" PRIu64 ")", len,
                             t->rpc_limits.max_payload_bytes);
     if (m->map.hold) {
-        /* blocks are page aligned: the frame is SL_ALIGN-aligned as decode needs */
-        if (off % SL_ALIGN != 0)
+        /* a lent block starts a page of its own (SL_RPC_SHM_BLOCK_ALIGN):
+         * its release drops this process's copies of its pages alone, and
+         * the frame is SL_ALIGN-aligned as decode needs */
+        _Static_assert(SL_RPC_SHM_BLOCK_ALIGN % SL_ALIGN == 0, "a block start is SL_ALIGN-aligned");
+        if (off % SL_RPC_SHM_BLOCK_ALIGN != 0)
             return sl_error_set(e, SL_ERR_PROTOCOL,
                                 "shared-memory descriptor at offset %" PRIu64
-                                ", not %d-byte aligned",
-                                off, SL_ALIGN);
+                                ", not %u-byte aligned",
+                                off, SL_RPC_SHM_BLOCK_ALIGN);
         sl_batch_t *b = NULL;
         sl_err_t rc = decode_frame(t, bi, m->map.base + off, (size_t)len, &b, e);
-        if (rc == SL_OK && (rc = tr_shm_lend(m, bi->delivery_id, b, e)) != SL_OK)
+        if (rc == SL_OK && (rc = tr_shm_lend(m, bi->delivery_id, off, len, b, e)) != SL_OK)
             sl_batch_destroy(b);
         if (rc != SL_OK) return rc;
         *held = b;

@@ -23,6 +23,11 @@
 #include "common/log_events.h"
 #include "dpp/worker/server/server_internal.h"
 
+/* A client under a hold drops its private copies of a block's pages when
+ * it lets the block go (sl_rpc_shm_forget): blocks must own whole pages. */
+_Static_assert(SL_SHM_HEAP_GRANULE % SL_RPC_SHM_BLOCK_ALIGN == 0,
+               "heap blocks start and end on the hold's block boundary");
+
 /* How long one side-channel request may take: a local peer answers at
  * once. */
 #define SHM_REQUEST_MS 1000
