@@ -245,3 +245,24 @@ Test(worker_lanes, a_limit_of_one_stripe_reads_one_at_a_time)
     cr_assert_gt(same_batches(spec, rows, 1, true), 0);
     free(table);
 }
+
+/* Many fused batches a stripe (4,000-row stripes, batches of 16: 250 a
+ * stripe): a lane makes each one as the reader cuts it, while the reader
+ * appends the next ones to the lane's list and moves it as it grows (32,
+ * 64, 128, 256 entries), so the lane copies an entry out while the list
+ * moves under it. The same batches, each once. */
+Test(worker_lanes, batches_are_made_as_they_are_cut)
+{
+    const uint64_t rows = 12000;
+    char *table = gen("c", rows, 4000, 1);
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"lanes-c\",\"source\":{\"table\":\"%s\"},"
+             "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I2\"},"
+             "{\"op\":\"sigrid_hash\",\"feature\":\"C5\",\"table_size\":100,\"salt\":1}],"
+             "\"batch\":{\"size\":16,\"epochs\":2}}",
+             table);
+    mem_limit = 64u << 20;
+    cr_assert_eq(same_batches(spec, rows, 2, true), 2 * (rows / 16));
+    free(table);
+}

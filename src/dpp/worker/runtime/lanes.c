@@ -8,7 +8,11 @@
  *
  * A lane holds one stripe at a time, in its own table reader's decode
  * buffers: they stay valid until the lane has made the stripe's batches,
- * so the fused batches read the stripe where it lies, as on one thread. */
+ * so the fused batches read the stripe where it lies, as on one thread.
+ * The lane makes each fused batch as soon as the reader has cut it
+ * (dpp_lane_begin_fill), not once the reader is through with the whole
+ * stripe: else the lane sat idle while its stripe was batched, and with
+ * two lanes' stripes read together only the reader thread ran. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +27,7 @@ enum { LANE_FREE, LANE_READ, LANE_READY, LANE_FILL };
  * it points into are the lane's stripe). */
 typedef struct lane_direct {
     sl_worker_direct_t d;
+    const sl_pipeline_fused_t *fused; /* the reader's, decided on its first stripe */
     sl_worker_lease_origin_t lease;
     uint64_t *start, *span, *key_offsets; /* [F], [F], [F + 1] */
     sl_worker_row_run_t *runs;
@@ -36,8 +41,8 @@ struct dpp_lane {
     /* the task: stripe of sp */
     const sl_wh_split_t *sp;
     uint32_t stripe;
-    const sl_pipeline_fused_t *fused; /* for the fill */
-    bool drop;                        /* finish without making the batches */
+    bool drop;   /* retire the batches not yet made */
+    bool closed; /* the reader is through: no more batches (under mu) */
     /* the lane's own reader and scratch; its reader's memory hook counts
      * the read-ahead and read buffer in the budget as the lane's own (io),
      * so that the lane, not the reader thread, drops the read-ahead when
@@ -230,28 +235,46 @@ static sl_err_t lane_read(dpp_lane_t *l, sl_error_t *err)
     return rc;
 }
 
-/* Make the stripe's direct batches (or retire them, dropped), then let
+/* Make the stripe's direct batches as the reader cuts them (or retire
+ * them, dropped), until the reader is through with the stripe; then let
  * the stripe go. A failure is the batch's: a split error goes to the
  * lease's source (as a transform thread's), anything else fails the
- * worker; the batches after it are retired. */
+ * worker; the batches after it are retired. The reader appends to
+ * l->direct under mu (it may move the array): an entry is copied out
+ * under mu; what it points to stays put until the fill's end. */
 static void lane_fill(dpp_lane_t *l)
 {
-    sl_worker_t *w = l->p->w;
-    bool failed = l->drop;
-    uint64_t made_ns = 0;
-    for (uint32_t i = 0; i < l->num_direct; i++) {
-        lane_direct_t *e = &l->direct[i];
-        void *lease = e->d.lease ? e->lease.handle : NULL;
+    dpp_lanes_t *p = l->p;
+    sl_worker_t *w = p->w;
+    bool failed = false;
+    for (uint32_t i = 0;; i++) {
+        sl_mutex_lock(&p->mu);
+        if (i >= l->num_direct && !l->closed) {
+            sl_worker_budget_idle(w->budget, true); /* waiting for the reader's next batch */
+            while (i >= l->num_direct && !l->closed) {
+                struct timespec dl = sl_clock_deadline_ms(50);
+                sl_cond_timedwait(&p->cv, &p->mu, &dl);
+            }
+            sl_worker_budget_idle(w->budget, false);
+        }
+        if (i >= l->num_direct) {
+            sl_mutex_unlock(&p->mu);
+            break;
+        }
+        lane_direct_t e = l->direct[i];
+        if (l->drop) failed = true;
+        sl_mutex_unlock(&p->mu);
+        if (e.d.lease) e.d.lease = &e.lease;
+        void *lease = e.d.lease ? e.lease.handle : NULL;
         if (!failed && atomic_load(&w->stopping)) failed = true;
         if (failed) {
             dpp_worker_retire(w, lease);
             continue;
         }
         sl_error_t err = {0};
-        uint64_t waited = 0, t0 = now_ns(CLOCK_MONOTONIC);
-        sl_err_t rc = dpp_worker_fused_batch(w, l->fused, &e->d, l->held, true, &waited, &err);
-        made_ns += now_ns(CLOCK_MONOTONIC) - t0 - waited;
-        if (rc == SL_OK) continue;
+        uint64_t waited = 0;
+        sl_err_t rc = dpp_worker_fused_batch(w, e.fused, &e.d, l->held, true, &waited, &err);
+        if (rc == SL_OK) continue; /* counted as encode time by dpp_worker_send */
         failed = true;
         bool split = lease && w->source.lease_failed && dpp_worker_split_error(rc, false) &&
                      !atomic_load(&w->stopping);
@@ -260,12 +283,13 @@ static void lane_fill(dpp_lane_t *l)
         if (!split && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping))
             dpp_worker_fail(w, rc, err.msg);
     }
+    sl_mutex_lock(&p->mu);
     for (uint32_t i = 0; i < l->num_direct; i++)
         direct_free(w->a, &l->direct[i]);
     l->num_direct = 0;
+    sl_mutex_unlock(&p->mu);
     sl_worker_budget_release(w->budget, l->held);
     l->held = 0;
-    (void)made_ns; /* counted as encode time by dpp_worker_send */
 }
 
 static void *lane_main(void *arg)
@@ -518,54 +542,71 @@ uint64_t dpp_lane_held(const dpp_lane_t *l)
     return l->held;
 }
 
-sl_err_t dpp_lane_add_direct(dpp_lane_t *l, const sl_worker_direct_t *d, sl_error_t *err)
+sl_err_t dpp_lane_add_direct(dpp_lane_t *l, const sl_pipeline_fused_t *f,
+                             const sl_worker_direct_t *d, sl_error_t *err)
 {
-    const sl_allocator_t *a = l->p->w->a;
+    dpp_lanes_t *p = l->p;
+    const sl_allocator_t *a = p->w->a;
+    uint32_t F = d->rows->sparse.num_keys;
+    lane_direct_t e = {.d = *d, .fused = f};
+    e.start = sl_alloc(a, (F ? F : 1) * sizeof *e.start);
+    e.span = sl_alloc(a, (F ? F : 1) * sizeof *e.span);
+    e.key_offsets = sl_alloc(a, (F + 1) * sizeof *e.key_offsets);
+    e.runs = sl_alloc(a, (d->num_runs ? d->num_runs : 1) * sizeof *e.runs);
+    if (!e.start || !e.span || !e.key_offsets || !e.runs) {
+        direct_free(a, &e);
+        return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+    }
+    if (F) {
+        memcpy(e.start, d->start, F * sizeof *e.start);
+        memcpy(e.span, d->span, F * sizeof *e.span);
+    }
+    memcpy(e.key_offsets, d->key_offsets, (F + 1) * sizeof *e.key_offsets);
+    memcpy(e.runs, d->runs, d->num_runs * sizeof *e.runs);
+    e.d.key_offsets = e.key_offsets;
+    e.d.start = e.start;
+    e.d.span = e.span;
+    e.d.runs = e.runs;
+    if (d->lease) e.lease = *d->lease; /* e.d.lease: pointed at the copy's lease when made */
+    /* under mu: the lane copies entries out while this appends */
+    sl_mutex_lock(&p->mu);
     if (l->num_direct == l->direct_cap) {
         uint32_t cap = l->direct_cap ? 2 * l->direct_cap : 32;
         lane_direct_t *n = sl_alloc(a, (size_t)cap * sizeof *n);
-        if (!n) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        if (!n) {
+            sl_mutex_unlock(&p->mu);
+            direct_free(a, &e);
+            return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        }
         if (l->num_direct) memcpy(n, l->direct, (size_t)l->num_direct * sizeof *n);
         if (l->direct) sl_free(a, l->direct, (size_t)l->direct_cap * sizeof *l->direct);
         l->direct = n;
         l->direct_cap = cap;
     }
-    uint32_t F = d->rows->sparse.num_keys;
-    lane_direct_t *e = &l->direct[l->num_direct];
-    *e = (lane_direct_t){.d = *d};
-    e->start = sl_alloc(a, (F ? F : 1) * sizeof *e->start);
-    e->span = sl_alloc(a, (F ? F : 1) * sizeof *e->span);
-    e->key_offsets = sl_alloc(a, (F + 1) * sizeof *e->key_offsets);
-    e->runs = sl_alloc(a, (d->num_runs ? d->num_runs : 1) * sizeof *e->runs);
-    if (!e->start || !e->span || !e->key_offsets || !e->runs) {
-        direct_free(a, e);
-        return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
-    }
-    if (F) {
-        memcpy(e->start, d->start, F * sizeof *e->start);
-        memcpy(e->span, d->span, F * sizeof *e->span);
-    }
-    memcpy(e->key_offsets, d->key_offsets, (F + 1) * sizeof *e->key_offsets);
-    memcpy(e->runs, d->runs, d->num_runs * sizeof *e->runs);
-    e->d.key_offsets = e->key_offsets;
-    e->d.start = e->start;
-    e->d.span = e->span;
-    e->d.runs = e->runs;
-    if (d->lease) {
-        e->lease = *d->lease;
-        e->d.lease = &e->lease;
-    }
-    l->num_direct++;
+    l->direct[l->num_direct++] = e;
+    pthread_cond_broadcast(&p->cv);
+    sl_mutex_unlock(&p->mu);
     return SL_OK;
 }
 
-void dpp_lane_finish(dpp_lane_t *l, const sl_pipeline_fused_t *f, bool drop)
+void dpp_lane_begin_fill(dpp_lane_t *l)
 {
     dpp_lanes_t *p = l->p;
     sl_mutex_lock(&p->mu);
-    l->fused = f;
-    l->drop = drop;
+    l->drop = false;
+    l->closed = false;
     l->state = LANE_FILL;
+    pthread_cond_broadcast(&p->cv);
+    sl_mutex_unlock(&p->mu);
+}
+
+void dpp_lane_finish(dpp_lane_t *l, bool drop)
+{
+    dpp_lanes_t *p = l->p;
+    sl_mutex_lock(&p->mu);
+    l->state = LANE_FILL; /* not begun (dropped before batching): nothing to make */
+    l->drop = drop;
+    l->closed = true;
     pthread_cond_broadcast(&p->cv);
     sl_mutex_unlock(&p->mu);
 }

@@ -214,7 +214,7 @@ static sl_err_t to_server(void *ctx, const sl_worker_direct_t *d, sl_error_t *er
     if (rd->lane) { /* made by the lane once the stripe is batched: counted as made now */
         sl_worker_t *w = rd->w;
         if (d->lease && w->source.lease_made) w->source.lease_made(w->source.ctx, d->lease->handle);
-        sl_err_t rc = dpp_lane_add_direct(rd->lane, d, err);
+        sl_err_t rc = dpp_lane_add_direct(rd->lane, rd->fused, d, err);
         if (rc != SL_OK) dpp_worker_retire(w, d->lease ? d->lease->handle : NULL);
         return rc;
     }

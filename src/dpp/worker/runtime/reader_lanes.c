@@ -2,8 +2,8 @@
  * "Threads"; lanes.c): with --threads > 1 the reader takes the units from
  * the source and hands their stripes out to the lanes in order, as many
  * as there are lanes (and memory for); it batches each stripe, in the
- * same order, once its lane has read it, and the lane then makes the
- * stripe's fused batches while the reader goes on. The batches are the
+ * same order, once its lane has read it, and the lane makes the
+ * stripe's fused batches as they are cut, while the reader goes on. The batches are the
  * ones the reader alone would make (reader.c, read_split). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -166,8 +166,8 @@ static void unit_fail(unit_t *u, sl_err_t rc, const sl_error_t *e, uint32_t st, 
     u->stripe = (int32_t)st;
 }
 
-/* Batch the stripe of slot s once its lane has read it; the lane then
- * makes its fused batches. A failure is the unit's, reported at its end
+/* Batch the stripe of slot s once its lane has read it; the lane makes
+ * its fused batches as they are cut. A failure is the unit's, reported at its end
  * (after every lane let its stripes go: the split is borrowed until
  * done). */
 static void lane_turn(lanes_run_t *lr, const slot_t *s)
@@ -186,20 +186,21 @@ static void lane_turn(lanes_run_t *lr, const slot_t *s)
                           ls.rows->file, ls.rows->stripe, ls.rows->batch.batch_size, s->rows);
     if (rc != SL_OK) unit_fail(u, rc, &e, s->st, ls.from_read);
     if (u->rc || u->dead) {
-        dpp_lane_finish(s->lane, NULL, true);
+        dpp_lane_finish(s->lane, true);
         return;
     }
     rd->lane = s->lane;
     rd->stripe_held = dpp_lane_held(s->lane);
     rd->stripe = (int32_t)s->st;
     uint64_t t1 = now_ns(CLOCK_MONOTONIC), h0 = rd->handoff_ns;
+    dpp_lane_begin_fill(s->lane); /* the lane makes each batch as it is cut */
     rc = dpp_reader_batch_stripe(rd, &u->pos, ls.rows, ls.selected, ls.weights, ls.kept, s->row,
                                  s->end, &e);
     rd->lane = NULL;
     rd->stripe_held = 0;
     if (rc != SL_OK) unit_fail(u, rc, &e, s->st, false);
     u->batched = s->end;
-    dpp_lane_finish(s->lane, rd->fused, rc != SL_OK);
+    dpp_lane_finish(s->lane, rc != SL_OK);
     uint64_t handoff = rd->handoff_ns - h0, t2 = now_ns(CLOCK_MONOTONIC);
     sl_mutex_lock(&w->mu);
     w->st.stripes++;
@@ -253,7 +254,7 @@ static sl_err_t next_turn(lanes_run_t *lr, sl_error_t *err)
         rd->num_empty = 0;
         sl_err_t rc = dpp_reader_begin_unit(rd, &u->wk, err);
         if (rc) {
-            if (s.lane) dpp_lane_finish(s.lane, NULL, true);
+            if (s.lane) dpp_lane_finish(s.lane, true);
             if (!s.lane) unit_free(rd->w, u);
             return rc;
         }

@@ -263,13 +263,18 @@ bool dpp_lanes_wait(dpp_lanes_t *p, dpp_lane_t *l, bool or_free);
 sl_err_t dpp_lane_wait(dpp_lane_t *l, dpp_lane_stripe_t *out, sl_error_t *err);
 /* Budget bytes l holds (its stripe). */
 uint64_t dpp_lane_held(const dpp_lane_t *l);
+/* The reader batches l's stripe now (l has read it): the lane makes each
+ * direct batch as dpp_lane_add_direct hands it over, while the reader
+ * cuts the next, until dpp_lane_finish. */
+void dpp_lane_begin_fill(dpp_lane_t *l);
 /* A direct batch of l's stripe (lease_made already called for it), made
- * by the lane after dpp_lane_finish. */
-sl_err_t dpp_lane_add_direct(dpp_lane_t *l, const sl_worker_direct_t *d, sl_error_t *err);
-/* The reader is through with l's stripe: the lane makes its direct
- * batches with f (drop: retires them instead), lets the stripe go and is
- * free again. */
-void dpp_lane_finish(dpp_lane_t *l, const sl_pipeline_fused_t *f, bool drop);
+ * by the lane with f (after dpp_lane_begin_fill). */
+sl_err_t dpp_lane_add_direct(dpp_lane_t *l, const sl_pipeline_fused_t *f,
+                             const sl_worker_direct_t *d, sl_error_t *err);
+/* The reader is through with l's stripe: the lane makes the direct
+ * batches left (drop: retires those not yet made instead), lets the
+ * stripe go and is free again. */
+void dpp_lane_finish(dpp_lane_t *l, bool drop);
 
 /* reader.c: the reader thread (arg: the worker). */
 void *dpp_worker_reader_main(void *arg);
