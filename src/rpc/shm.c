@@ -264,26 +264,62 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
     if (p == MAP_FAILED)
         return sl_error_set(err, SL_ERR_IO, "shared memory @%s: mmap of %llu bytes: %s", name,
                             (unsigned long long)size, strerror(e));
-    *out = (sl_rpc_shm_map_t){.base = p, .size = size, .hold = hold, .hold_fd = hold ? s : -1};
+    *out = (sl_rpc_shm_map_t){.base = p,
+                              .size = size,
+                              .hold = hold,
+                              .hold_fd = hold ? s : -1,
+                              /* without it every release drops its pages */
+                              .pagemap_fd =
+                                  hold ? open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1};
     return SL_OK;
 }
 
-sl_err_t sl_rpc_shm_forget(const sl_rpc_shm_map_t *m, uint64_t off, uint64_t len, sl_error_t *err)
+/* Has this process a page of its own in [off, end) of a held mapping (a
+ * write there was copied)? From /proc/self/pagemap, one u64 per page: bit
+ * 63 present, 62 swapped (only own pages swap), 61 a file page (the heap's
+ * own). @return 1, 0, or -1 when it cannot tell. */
+static int own_pages(const sl_rpc_shm_map_t *m, uint64_t off, uint64_t end)
 {
-    if (off % SL_RPC_SHM_BLOCK_ALIGN != 0 || off > m->size || len > m->size - off)
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "shared memory: [%llu, +%llu) is not a block of the %llu-byte heap",
-                            (unsigned long long)off, (unsigned long long)len,
-                            (unsigned long long)m->size);
+    if (m->pagemap_fd < 0) return -1;
+    uint64_t first = ((uintptr_t)m->base + off) / SL_RPC_SHM_BLOCK_ALIGN;
+    uint64_t n = (end - off) / SL_RPC_SHM_BLOCK_ALIGN;
+    uint64_t entry[512];
+    for (uint64_t i = 0; i < n; i += 512) {
+        uint64_t k = n - i < 512 ? n - i : 512;
+        ssize_t got = pread(m->pagemap_fd, entry, (size_t)k * sizeof *entry,
+                            (off_t)((first + i) * sizeof *entry));
+        if (got != (ssize_t)(k * sizeof *entry)) return -1;
+        for (uint64_t j = 0; j < k; j++) {
+            uint64_t e = entry[j];
+            if ((e >> 62 & 1) || ((e >> 63 & 1) && !(e >> 61 & 1))) return 1;
+        }
+    }
+    return 0;
+}
+
+sl_err_t sl_rpc_shm_forget(const sl_rpc_shm_map_t *m, uint64_t off, uint64_t len, bool *dropped,
+                           sl_error_t *err)
+{
+    if (dropped) *dropped = false;
+    if (!m->hold || off % SL_RPC_SHM_BLOCK_ALIGN != 0 || off > m->size || len > m->size - off)
+        return sl_error_set(
+            err, SL_ERR_INVALID,
+            "shared memory: [%llu, +%llu) is not a block of the %llu-byte held heap",
+            (unsigned long long)off, (unsigned long long)len, (unsigned long long)m->size);
     uint64_t end = off + len;
     end = end + SL_RPC_SHM_BLOCK_ALIGN - 1 -
           (end + SL_RPC_SHM_BLOCK_ALIGN - 1) % SL_RPC_SHM_BLOCK_ALIGN;
     if (end > m->size) end = m->size;
+    /* Most batches are only read: their pages are the heap's, nothing to
+     * drop, and dropping them would cost a fault per page of the next
+     * frame there. */
+    if (own_pages(m, off, end) == 0) return SL_OK;
     /* a private file mapping: the pages read the memfd again on next touch */
     if (madvise((void *)(m->base + off), (size_t)(end - off), MADV_DONTNEED) != 0)
         return sl_error_set(err, SL_ERR_IO, "shared memory: madvise of [%llu, +%llu): %s",
                             (unsigned long long)off, (unsigned long long)(end - off),
                             strerror(errno));
+    if (dropped) *dropped = true;
     return SL_OK;
 }
 
@@ -292,5 +328,6 @@ void sl_rpc_shm_detach(sl_rpc_shm_map_t *m)
     if (m->base) munmap((void *)m->base, (size_t)m->size);
     /* after the unmap: the worker may reuse the blocks once this closes */
     if (m->base && m->hold) close(m->hold_fd);
+    if (m->base && m->hold && m->pagemap_fd >= 0) close(m->pagemap_fd);
     *m = (sl_rpc_shm_map_t){0};
 }

@@ -76,6 +76,7 @@ typedef struct sl_rpc_shm_map {
     uint64_t size;
     bool hold;
     int hold_fd;
+    int pagemap_fd; /* with a hold: /proc/self/pagemap, or -1 */
 } sl_rpc_shm_map_t;
 
 /* Connect to the abstract socket name, present nonce, receive the memfd and
@@ -91,9 +92,12 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
 /* A block of a held mapping [off, off + len) goes back to the worker:
  * drop this process's copies of its pages (writes made into a batch read
  * there), so that the next frame the worker puts in the block is read from
- * the heap, not from a stale private page. off must be a block's start
- * (SL_RPC_SHM_BLOCK_ALIGN). @return SL_ERR_INVALID, SL_ERR_IO. */
-sl_err_t sl_rpc_shm_forget(const sl_rpc_shm_map_t *m, uint64_t off, uint64_t len, sl_error_t *err);
+ * the heap, not from a stale private page. Pages only read are left
+ * mapped. off must be a block's start (SL_RPC_SHM_BLOCK_ALIGN). dropped
+ * (may be NULL): whether there were copies to drop. @return
+ * SL_ERR_INVALID, SL_ERR_IO. */
+sl_err_t sl_rpc_shm_forget(const sl_rpc_shm_map_t *m, uint64_t off, uint64_t len, bool *dropped,
+                           sl_error_t *err);
 
 /* Unmap, and close the hold socket; m may be unmapped (base NULL). */
 void sl_rpc_shm_detach(sl_rpc_shm_map_t *m);

@@ -99,7 +99,7 @@ static void release_held(void *ctx)
     /* the user's writes into the batch are private pages: dropped before
      * the worker may put another frame there. If they cannot be, the block
      * is kept (not released) until the hold ends, never read stale. */
-    if (sl_rpc_shm_forget(&m->map, r->off, r->len, &e) == SL_OK) released(m, r->delivery_id);
+    if (sl_rpc_shm_forget(&m->map, r->off, r->len, NULL, &e) == SL_OK) released(m, r->delivery_id);
     sl_free(m->a, r, sizeof *r);
     tr_shm_drop(m);
 }

@@ -447,12 +447,20 @@ Test(trainer_shm, a_write_into_a_held_block_stays_private_until_the_block_goes_b
     block[SL_RPC_SHM_BLOCK_ALIGN] = 'C';
     cr_assert_eq(mine[0], 'X', "...the written page is this process's copy");
     cr_assert_eq(mine[SL_RPC_SHM_BLOCK_ALIGN], 'C', "an unwritten page reads the heap");
-    cr_assert_eq(sl_rpc_shm_forget(&map, off + 8, 16, &err), SL_ERR_INVALID);
+    bool dropped = true;
+    cr_assert_eq(sl_rpc_shm_forget(&map, off + 8, 16, &dropped, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "is not a block"), "%s", err.msg);
-    cr_assert_eq(sl_rpc_shm_forget(&map, off, 2 * SL_RPC_SHM_BLOCK_ALIGN - 100, &err), SL_OK, "%s",
-                 err.msg);
+    cr_assert_not(dropped);
+    cr_assert_eq(sl_rpc_shm_forget(&map, off, 2 * SL_RPC_SHM_BLOCK_ALIGN - 100, &dropped, &err),
+                 SL_OK, "%s", err.msg);
+    cr_assert(dropped, "a written page is this process's own: dropped");
     cr_assert_eq(mine[0], 'B', "after the release the block reads the heap again");
     cr_assert_eq(mine[SL_RPC_SHM_BLOCK_ALIGN], 'C');
+    /* a block only read (again) has nothing of its own to drop */
+    cr_assert_eq(sl_rpc_shm_forget(&map, off, 2 * SL_RPC_SHM_BLOCK_ALIGN, &dropped, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_not(dropped, "pages only read are the heap's: kept mapped");
+    cr_assert_eq(mine[0], 'B');
     sl_rpc_shm_detach(&map);
     close(s.cfd);
     close(s.ufd);
