@@ -148,6 +148,9 @@ typedef struct sl_worker_stats {
     /* ... times the partition being read was paused: the budget reached
      * 7/8 of the limit (resumed below 3/4) */
     uint64_t kafka_pauses;
+    /* ... times the fetcher was woken after a read drained a queue that had
+     * reached librdkafka's thresholds (kafka/chunk.c, wake_fetcher) */
+    uint64_t kafka_wakes;
     /* ... stream chunks handed back at their partition's end, the rest
      * left for a later lease, because other work waited (kafka_source.c) */
     uint64_t kafka_handed_back;
