@@ -215,12 +215,15 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
     if (o)
         json_object_set_new(
             o, "shm",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "capacity",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "capacity",
                       (json_int_t)st.shm_capacity, "used", (json_int_t)st.shm_used, "high_water",
-                      (json_int_t)st.shm_high_water, "batches", (json_int_t)st.server.shm_batches,
-                      "bytes", (json_int_t)st.server.shm_bytes, "fallbacks",
-                      (json_int_t)st.shm_fallbacks, "attached", (json_int_t)st.server.shm_attached,
-                      "refused", (json_int_t)st.server.shm_refused));
+                      (json_int_t)st.shm_high_water, "held", (json_int_t)st.server.shm_held,
+                      "released", (json_int_t)st.server.shm_released, "held_freed",
+                      (json_int_t)st.server.shm_held_freed, "batches",
+                      (json_int_t)st.server.shm_batches, "bytes", (json_int_t)st.server.shm_bytes,
+                      "fallbacks", (json_int_t)st.shm_fallbacks, "attached",
+                      (json_int_t)st.server.shm_attached, "refused",
+                      (json_int_t)st.server.shm_refused));
     if (o && (st.records_read || st.records_bad))
         json_object_set_new(
             o, "kafka",
