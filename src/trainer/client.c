@@ -127,7 +127,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     const char *shm_env = getenv("SLUICE_TRAINER_SHM");
     t->shm = !opts->no_shm && !(shm_env && strcmp(shm_env, "0") == 0);
     const char *copy_env = getenv("SLUICE_TRAINER_SHM_COPY");
-    t->shm_hold = !(copy_env && strcmp(copy_env, "1") == 0);
+    t->shm_hold = !opts->shm_copy && !(copy_env && strcmp(copy_env, "1") == 0);
     t->ack_ms = TR_ACK_MS_DEFAULT;
     const char *every_env = getenv("SLUICE_TRAINER_ACK_EVERY");
     const char *ms_env = getenv("SLUICE_TRAINER_ACK_MS");

@@ -49,12 +49,16 @@ static sl_pipeline_job_t *gen_job(void)
     return job;
 }
 
+/* sl_trainer_opts_t.shm_copy of the trainers connect_trainer makes */
+static bool trainer_shm_copy;
+
 static sl_trainer_t *connect_trainer(const char *addr, bool shm)
 {
     sl_trainer_opts_t o = sl_trainer_opts_default();
     o.address = addr;
     o.prefetch = 4;
     o.no_shm = !shm;
+    o.shm_copy = trainer_shm_copy;
     o.metrics_address = "";
     sl_trainer_t *t = NULL;
     sl_error_t err = {0};
@@ -237,6 +241,42 @@ Test(worker_shm, read_in_place_the_same_as_copied_out)
     cr_assert_eq(wc.server.shm_held, 0, "a copying client holds nothing");
     cr_assert_eq(wc.server.shm_released, 0);
     cr_assert_eq(wh.shm_used, 0);
+    cr_assert_eq(wc.shm_used, 0);
+    free(held);
+    free(copied);
+    sl_pipeline_job_destroy(job);
+}
+
+/* sl_trainer_opts_t.shm_copy does what $SLUICE_TRAINER_SHM_COPY=1 does:
+ * every batch through shared memory, copied out (the worker holds no
+ * block past its ACK), the same bytes as read in place. */
+Test(worker_shm, the_shm_copy_option_copies_out_as_the_variable_does)
+{
+    sl_pipeline_job_t *job = gen_job();
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    got_t *held = calloc(1, sizeof *held), *copied = calloc(1, sizeof *copied);
+    sl_worker_stats_t wh, wc;
+    unsetenv("SLUICE_TRAINER_SHM_COPY");
+    run_one(job, o, true, held, &wh, NULL);
+    trainer_shm_copy = true;
+    json_t *status = NULL;
+    run_one(job, o, true, copied, &wc, &status);
+    trainer_shm_copy = false;
+    expect_once_per_epoch(held->seen);
+    expect_once_per_epoch(copied->seen);
+    cr_assert_eq(memcmp(held->digest, copied->digest, sizeof held->digest), 0,
+                 "every sample's bytes are the same both ways");
+    const uint64_t batches = EPOCHS * ROWS / BATCH;
+    cr_assert_eq(copied->st.batches_shm, batches);
+    cr_assert_eq(copied->st.batches_socket, 0);
+    cr_assert_eq(wh.server.shm_held, batches);
+    cr_assert_eq(wc.server.shm_held, 0, "a copying client holds nothing");
+    cr_assert_eq(wc.server.shm_released, 0);
+    cr_assert_eq(shm_field(status, "held"), 0);
+    cr_assert_eq(shm_field(status, "released"), 0);
+    cr_assert_eq(shm_field(status, "held_freed"), 0);
+    json_decref(status);
     cr_assert_eq(wc.shm_used, 0);
     free(held);
     free(copied);
