@@ -84,10 +84,16 @@ typedef struct sl_trainer_opts {
      * the batch may be written, its writes copied on write into this
      * process, and its block goes back to the worker when the batch is
      * freed, valid until then whatever happens to the connection, client or
-     * worker; $SLUICE_TRAINER_SHM_COPY=1 copies it out instead) rather than reading it from the
-     * socket; where that cannot work (another host or network namespace, another uid) it stays on
-     * the socket. On unless no_shm, or $SLUICE_TRAINER_SHM is "0". */
+     * worker; shm_copy copies it out instead) rather than reading it from
+     * the socket; where that cannot work (another host or network
+     * namespace, another uid) it stays on the socket. On unless no_shm, or
+     * $SLUICE_TRAINER_SHM is "0". */
     bool no_shm;
+    /* Copy each batch taken through shared memory out of the worker's heap
+     * (its block goes back at once; the batch is writable, as over the
+     * socket) instead of reading it in place. Also on with
+     * $SLUICE_TRAINER_SHM_COPY=1. */
+    bool shm_copy;
 } sl_trainer_opts_t;
 
 /* @return the defaults above (address NULL). */

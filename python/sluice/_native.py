@@ -136,6 +136,7 @@ class sl_trainer_opts_t(ctypes.Structure):
         ("cluster_secret_file", ctypes.c_char_p),
         ("metrics_address", ctypes.c_char_p),
         ("no_shm", ctypes.c_bool),
+        ("shm_copy", ctypes.c_bool),
     ]
 
 

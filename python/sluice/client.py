@@ -21,8 +21,8 @@ its block goes back to the worker when the C batch is released as above.
 Arrays and tensors made from it stay valid after the client closes or the
 worker goes, and may be written (in-place ops): the client's mapping is
 private, so a write copies the page into this process and the worker never
-sees it. $SLUICE_TRAINER_SHM_COPY=1 makes the client copy every frame out
-instead, as over the socket.
+sees it. Client(shm_copy=True) (or $SLUICE_TRAINER_SHM_COPY=1) makes the
+client copy every frame out instead, as over the socket.
 """
 
 import ctypes
@@ -458,7 +458,10 @@ class Client:
     is open; port 0 picks a free one (see metrics_port). None: the address
     in $SLUICE_TRAINER_METRICS, if set; "": none. shm: take batches from
     workers on this host through shared memory (docs/PROTOCOL.md
-    "Shared-memory hand-over"; off also with $SLUICE_TRAINER_SHM=0)."""
+    "Shared-memory hand-over"; off also with $SLUICE_TRAINER_SHM=0).
+    shm_copy: copy each such batch out of the worker's shared memory
+    (writable arrays, as over the socket) instead of reading it in place
+    (also on with $SLUICE_TRAINER_SHM_COPY=1)."""
 
     def __init__(
         self,
@@ -477,6 +480,7 @@ class Client:
         cluster_secret_file: Optional[str] = None,
         metrics_address: Optional[str] = None,
         shm: bool = True,
+        shm_copy: bool = False,
     ) -> None:
         lib = _native.load()
         self._lib = lib
@@ -507,6 +511,7 @@ class Client:
         opts.cluster_secret_file = self._secret_b
         opts.metrics_address = self._metrics_b
         opts.no_shm = not shm
+        opts.shm_copy = shm_copy
         opts.prefetch = prefetch
         opts.connect_timeout_ms = connect_timeout_ms
         opts.reconnect_ms = reconnect_ms

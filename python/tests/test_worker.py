@@ -309,3 +309,23 @@ def test_read_in_place_is_writable_and_outlives_the_client(worker, monkeypatch):
         assert c2.stats()["batches_shm"] >= 1
         del d2
         b2.release()
+
+
+def test_shm_copy_keyword_copies_frames_out(worker, monkeypatch):
+    """Client(shm_copy=True) copies each frame out of the worker's shared
+    memory as $SLUICE_TRAINER_SHM_COPY=1 does: the batches still come
+    through shared memory (none over the socket), their arrays writable
+    (worker_shm_test's read_in_place_the_same_as_copied_out checks in C
+    that the option makes the worker hold no block)."""
+    monkeypatch.delenv("SLUICE_TRAINER_SHM_COPY", raising=False)
+    with client(worker(name="kwcopy"), shm_copy=True) as c:
+        b = c.next()
+        d = b.dense
+        assert d.flags.writeable
+        d[0, 0] = 2.0
+        assert d[0, 0] == 2.0
+        st = c.stats()
+        # the prefetch may have taken more than the one read
+        assert st["batches_shm"] >= 1 and st["batches_socket"] == 0
+        del d
+        b.release()

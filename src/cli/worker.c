@@ -26,7 +26,7 @@
 typedef struct worker_args {
     const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file, *cache_dir;
     uint64_t cache_size, threads, memory_limit, max_credits, max_clients, conn_idle_ms,
-        share_window, max_queued, share_stall_ms, shm_bytes;
+        share_window, max_queued, share_stall_ms, shm_bytes, store_timeout_ms, store_max_attempts;
     bool exit_when_done, no_share, no_fused, no_decode_maps, no_shm;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
@@ -108,6 +108,13 @@ static const sl_cli_opt_t wopts[] = {
     {"cache-size", SL_CLI_SIZE, "BYTES", "8G", NULL, 1, UINT64_MAX, 0, W(cache_size),
      "with `--cache-dir`: the bytes of cache files this worker keeps; past it the least recently "
      "used are removed (and the master told)"},
+    {"store-timeout-ms", SL_CLI_UINT, "MS", "60000", NULL, 1, UINT32_MAX, 0, W(store_timeout_ms),
+     "one attempt of an object store request reading an s3:// table (transfer included); a "
+     "request that takes longer fails and is retried as the store's other transient failures "
+     "are (docs/STORAGE.md)"},
+    {"store-max-attempts", SL_CLI_UINT, "N", "5", NULL, 1, 100, 0, W(store_max_attempts),
+     "tries of one object store request reading an s3:// table that fails in a retryable way "
+     "(5xx, 429, SlowDown, a reset, a timeout), with capped exponential backoff between them"},
     {"no-shm", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_shm),
      "no shared-memory frame heap: every batch goes over the trainer's socket"},
 };
@@ -189,6 +196,8 @@ int sl_cli_worker(int argc, char **argv)
     o.no_decode_maps = args.no_decode_maps;
     o.shm_bytes = args.shm_bytes;
     o.no_shm = args.no_shm;
+    o.store_timeout_ms = (uint32_t)args.store_timeout_ms;
+    o.store_max_attempts = (uint32_t)args.store_max_attempts;
     o.worker_id = args.worker_id;
     o.max_clients = (uint32_t)args.max_clients;
     o.client_conn_idle_ms = (int)args.conn_idle_ms;

@@ -177,6 +177,10 @@ const sl_metric_def_t sl_metric_defs[SL_M_COUNT] = {
         {"sluice_worker_kafka_pauses_total", "counter", "job",
          "Times the Kafka partition being read was paused because the memory budget was full (7/8 "
          "of --memory-limit; resumed below 3/4)."},
+    [SL_M_WORKER_KAFKA_FETCHER_WAKES_TOTAL] =
+        {"sluice_worker_kafka_fetcher_wakes_total", "counter", "job",
+         "Times the Kafka fetcher was woken after a read drained a queue that had reached "
+         "librdkafka's thresholds, instead of waiting for its next timer."},
     [SL_M_WORKER_KAFKA_CHUNKS_HANDED_BACK_TOTAL] =
         {"sluice_worker_kafka_chunks_handed_back_total", "counter", "job",
          "Stream chunks whose read ended at their partition's end, the rest handed back to the "

@@ -79,6 +79,7 @@
     X(WORKER_KAFKA_RECORDS_TOTAL)                                                                  \
     X(WORKER_KAFKA_BAD_RECORDS_TOTAL)                                                              \
     X(WORKER_KAFKA_PAUSES_TOTAL)                                                                   \
+    X(WORKER_KAFKA_FETCHER_WAKES_TOTAL)                                                            \
     X(WORKER_KAFKA_CHUNKS_HANDED_BACK_TOTAL)                                                       \
     X(WORKER_KAFKA_DEAD_LETTER_RECORDS_TOTAL)                                                      \
     X(WORKER_KAFKA_DEAD_LETTER_FAILURES_TOTAL)                                                     \

@@ -129,7 +129,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     const char *copy_env = getenv("SLUICE_TRAINER_SHM_COPY");
     /* a release drops the client's own pages of a block, which needs the
      * blocks to own whole pages: not on a machine with pages larger */
-    t->shm_hold = !(copy_env && strcmp(copy_env, "1") == 0) &&
+    t->shm_hold = !opts->shm_copy && !(copy_env && strcmp(copy_env, "1") == 0) &&
                   sysconf(_SC_PAGESIZE) == (long)SL_RPC_SHM_BLOCK_ALIGN;
     t->ack_ms = TR_ACK_MS_DEFAULT;
     const char *every_env = getenv("SLUICE_TRAINER_ACK_EVERY");

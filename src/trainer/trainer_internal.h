@@ -160,7 +160,8 @@ struct sl_trainer {
     sl_rpc_limits_t rpc_limits;
     char *secret;  /* the cluster secret (rpc/auth.h), NULL: none */
     bool shm;      /* offer the shared-memory hand-over (opts.no_shm, $SLUICE_TRAINER_SHM) */
-    bool shm_hold; /* and read its frames in place ($SLUICE_TRAINER_SHM_COPY=1: copy them) */
+    bool shm_hold; /* and read its frames in place (opts.shm_copy, $SLUICE_TRAINER_SHM_COPY=1: copy
+                      them) */
     /* Master mode: a worker gets acks and credits ack_every at a time (0:
      * half its window; never more), or once the oldest waited ack_ms
      * (docs/PROTOCOL.md "Acknowledgement and redelivery";

@@ -289,6 +289,12 @@ static int cmp_part(const void *x, const void *y)
 sl_err_t sl_wh_table_open(const char *dir, const sl_allocator_t *a, sl_wh_table_t **out,
                           sl_error_t *err)
 {
+    return sl_wh_table_open_with(dir, NULL, a, out, err);
+}
+
+sl_err_t sl_wh_table_open_with(const char *dir, const struct sl_store_opts *store,
+                               const sl_allocator_t *a, sl_wh_table_t **out, sl_error_t *err)
+{
     *out = NULL;
     if (a == NULL) a = sl_allocator_default();
     sl_wh_table_t *t = sl_calloc(a, 1, sizeof *t);
@@ -302,7 +308,7 @@ sl_err_t sl_wh_table_open(const char *dir, const sl_allocator_t *a, sl_wh_table_
         goto fail;
     }
     if (sl_store_is_remote(dir)) {
-        if ((rc = wh_table_open_store(t, err)) != SL_OK) goto fail;
+        if ((rc = wh_table_open_store(t, store, err)) != SL_OK) goto fail;
         if (t->nparts > 1) qsort(t->parts, t->nparts, sizeof *t->parts, cmp_part);
         *out = t;
         return SL_OK;

@@ -204,9 +204,10 @@ const sl_store_info_t *wh_table_object(const sl_wh_table_t *t, const char *rel)
     return o ? &o->info : NULL;
 }
 
-sl_err_t wh_table_open_store(sl_wh_table_t *t, sl_error_t *err)
+sl_err_t wh_table_open_store(sl_wh_table_t *t, const sl_store_opts_t *store, sl_error_t *err)
 {
-    sl_store_opts_t so = {.alloc = t->a};
+    sl_store_opts_t so = store ? *store : (sl_store_opts_t){0};
+    so.alloc = t->a;
     char *key = NULL;
     sl_err_t rc = sl_store_open_url(t->dir, &so, &t->store, &key, err);
     if (rc != SL_OK) return rc;

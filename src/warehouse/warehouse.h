@@ -403,6 +403,12 @@ sl_err_t sl_wh_table_create(const char *dir, const sl_wh_schema_t *schema, sl_er
  * sl_wh_table_close. */
 sl_err_t sl_wh_table_open(const char *dir, const sl_allocator_t *a, sl_wh_table_t **out,
                           sl_error_t *err);
+/* sl_wh_table_open with the options of the store a table at an s3:// URL
+ * is read through (store/store.h; NULL: the defaults; its alloc is a):
+ * a worker's request timeout. Ignored for a table directory. */
+struct sl_store_opts;
+sl_err_t sl_wh_table_open_with(const char *dir, const struct sl_store_opts *store,
+                               const sl_allocator_t *a, sl_wh_table_t **out, sl_error_t *err);
 
 void sl_wh_table_close(sl_wh_table_t *t);
 

@@ -270,7 +270,7 @@ sl_err_t wh_table_add_part(sl_wh_table_t *t, const char *rel, uint32_t depth, ch
 sl_err_t wh_table_add_file(sl_wh_table_t *t, wh_part_t *here, const char *sub, sl_error_t *err);
 /* Open t->store at the URL t->dir, load the schema and list the objects
  * into partitions (table_store.c). */
-sl_err_t wh_table_open_store(sl_wh_table_t *t, sl_error_t *err);
+sl_err_t wh_table_open_store(sl_wh_table_t *t, const sl_store_opts_t *store, sl_error_t *err);
 /* Create a table in an object store: its _schema, unless one equal to
  * schema is there already (another is SL_ERR_INVALID). */
 sl_err_t wh_table_create_store(const char *url, const sl_wh_schema_t *schema, sl_error_t *err);

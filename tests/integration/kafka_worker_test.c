@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include <jansson.h>
+
 #include "../kafka_records.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/admin/admin.h"
@@ -266,6 +268,71 @@ Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert(strstr(text, want[i]) != NULL, "no '%s' in\n%s", want[i], text);
     free(text);
+    free(seen);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+/* librdkafka stops fetching while its queue holds queued.min.messages
+ * and fetches again at its broker thread's next timer; a read that drains
+ * such a queue wakes it (kafka/chunk.c, wake_fetcher). 1500 records in
+ * producer batches of 10, fetched a batch at a time into a queue of at most
+ * 20 (the job's librdkafka properties): every record arrives once, the
+ * worker's stats count the wakes, and /metrics and /status show that count. */
+Test(kafka_worker, a_worker_that_drains_full_queues_counts_the_fetcher_wakes)
+{
+    char topic[64], spec[1024], addr[64];
+    snprintf(topic, sizeof topic, "worker-wakes-%d", (int)getpid());
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
+    ku_create_topic(p, topic, 1, tu_timeout(30));
+    for (uint64_t id = 0; id < 1500; id++) {
+        kr_produce(p, topic, 0, id, id % 60);
+        if (id % 10 == 9) kr_flush(p, (int)(tu_timeout(10) * 1000));
+    }
+    rd_kafka_destroy(p);
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"wakes\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"stop\": \"end\", \"chunk\": 1500, "
+             "\"linger_ms\": 20, \"properties\": {\"queued.min.messages\": \"20\", "
+             "\"fetch.wait.max.ms\": \"20\", \"max.partition.fetch.bytes\": \"1\"}}}, "
+             "\"batch\": {\"size\": 64}}",
+             ku_broker.bootstrap, topic);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, addr, sizeof addr);
+    atomic_uint *seen = calloc(MAX_IDS, sizeof *seen);
+    atomic_uint total = 0;
+    client_t c = {.addr = addr, .epochs = 1, .seen = seen, .total = &total};
+    pthread_t ct;
+    pthread_create(&ct, NULL, consume, &c);
+    pthread_join(ct, NULL);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "client ended with %s: %s", sl_err_str(c.end), c.msg);
+    for (uint32_t id = 0; id < MAX_IDS; id++)
+        cr_assert_eq(seen[id], id < 1500 ? 1u : 0u, "sample %u arrived %u times", id, seen[id]);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert_eq(st.records_read, 1500);
+    cr_log_info("1500 records, %llu fetcher wakes", (unsigned long long)st.kafka_wakes);
+    cr_assert_gt(st.kafka_wakes, 0, "the read never woke the fetcher");
+    char *text = sl_worker_admin_metrics_text(w, NULL);
+    cr_assert_not_null(text);
+    char want[128];
+    snprintf(want, sizeof want, "sluice_worker_kafka_fetcher_wakes_total{job=\"wakes\"} %llu\n",
+             (unsigned long long)st.kafka_wakes);
+    cr_assert(strstr(text, want) != NULL, "no '%s' in\n%s", want, text);
+    free(text);
+    char *status = sl_worker_admin_status_json(w, NULL);
+    cr_assert_not_null(status);
+    json_t *j = json_loads(status, 0, NULL);
+    cr_assert_not_null(j, "%s", status);
+    json_t *k = json_object_get(j, "kafka");
+    cr_assert(json_is_object(k), "no kafka object in %s", status);
+    cr_assert_eq(json_integer_value(json_object_get(k, "records")), 1500);
+    cr_assert_eq(json_integer_value(json_object_get(k, "wakes")), (json_int_t)st.kafka_wakes, "%s",
+                 status);
+    json_decref(j);
+    free(status);
     free(seen);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);

@@ -70,8 +70,9 @@ typedef struct plan {
     int storm_left, storm_kind; /* requests left in the current storm, 1 reset / 2 SlowDown */
     int storms;
     const char *dead;    /* GETs of stripes of this object: dead_fault, always */
-    int dead_fault;      /* su_proxy_t's plan: 2 SlowDown, 4 the Range ignored */
+    int dead_fault;      /* su_proxy_t's plan: 2 SlowDown, 4 the Range ignored, 5 a hang */
     long long dead_size; /* its size */
+    long long dead_end;  /* only GETs ending before this byte (0: before the footer's zone) */
     bool calm;           /* no storms */
     uint64_t key[KEYS];
     uint8_t faults[KEYS]; /* per request (line and Range): faults injected */
@@ -105,7 +106,7 @@ static int storm_plan(su_proxy_t *p, const char *head, size_t len)
         const char *r = memmem(head, len, "\r\nRange: bytes=", 15);
         long long a = -1, b = -1;
         if (r && sscanf(r + 15, "%lld-%lld", &a, &b) == 2 && a > 0 &&
-            b < pl->dead_size - FOOTER_ZONE)
+            b < pl->dead_size - FOOTER_ZONE && (pl->dead_end == 0 || b < pl->dead_end))
             return pl->dead_fault;
         return 0;
     }
@@ -133,7 +134,19 @@ static int storm_plan(su_proxy_t *p, const char *head, size_t len)
 typedef struct wk {
     pid_t pid;
     char admin[64], id[32], log[400];
+    bool waited; /* reaped, with status ws */
+    int ws;
 } wk_t;
+
+/* The worker's exit status, waited for once (bounded); -1: it did not exit. */
+static int wk_wait(wk_t *w)
+{
+    if (!w->waited) {
+        w->ws = fu_wait_exit(w->pid, 30);
+        w->waited = w->ws != -1;
+    }
+    return w->ws;
+}
 
 /* A worker's store counters: /metrics while it runs, its exit summary
  * after. */
@@ -169,9 +182,9 @@ static bool metrics_counts(const wk_t *w, counts_t *c)
 
 /* From a worker's exit summary ("  store s3://...: N requests (G GETs), R
  * retries, F failures, ..."): the worker must have exited. */
-static void summary_counts(const wk_t *w, counts_t *c)
+static void summary_counts(wk_t *w, counts_t *c)
 {
-    cr_assert_neq(fu_wait_exit(w->pid, 30), -1, "worker %s did not exit after the job", w->id);
+    cr_assert_neq(wk_wait(w), -1, "worker %s did not exit after the job", w->id);
     FILE *fp = fopen(w->log, "r");
     cr_assert_not_null(fp, "%s", w->log);
     char line[1024];
@@ -195,6 +208,12 @@ static void summary_counts(const wk_t *w, counts_t *c)
 /* the workers' --threads: 1 reads on the reader thread alone, more
  * through the stripe lanes (runtime/lanes.c) */
 static const char *fleet_threads = "1";
+/* the workers' --store-timeout-ms and --store-max-attempts: the store's
+ * defaults but where a test hangs requests */
+static const char *fleet_timeout_ms = "60000";
+static const char *fleet_attempts = "5";
+/* the plan's dead_end as a fraction of the dead file (0: the plan's default) */
+static double fleet_dead_fraction = 0;
 
 typedef struct fleet {
     fu_master_t m;
@@ -237,6 +256,7 @@ static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rn
     f->plan->dead = dead;
     f->plan->dead_fault = dead_fault;
     f->plan->dead_size = up_dead_size;
+    f->plan->dead_end = (long long)(fleet_dead_fraction * (double)up_dead_size);
     f->plan->calm = dead != NULL;
     su_proxy_start(&f->proxy, su.port);
     pthread_mutex_lock(&f->proxy.mu);
@@ -253,10 +273,27 @@ static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rn
         snprintf(w->admin, sizeof w->admin, "127.0.0.1:%u", fu_free_port());
         snprintf(w->id, sizeof w->id, "w%d", i);
         snprintf(w->log, sizeof w->log, "%s/%s-%s.log", fu_dir, id, w->id);
-        const char *argv[] = {fu_binary(), "worker",      "--master", f->m.ctl,   "--job-id",
-                              f->job,      "--worker-id", w->id,      "--listen", "127.0.0.1:0",
-                              "--threads", fleet_threads, "--admin",  w->admin,   NULL};
+        const char *argv[] = {fu_binary(),
+                              "worker",
+                              "--master",
+                              f->m.ctl,
+                              "--job-id",
+                              f->job,
+                              "--worker-id",
+                              w->id,
+                              "--listen",
+                              "127.0.0.1:0",
+                              "--threads",
+                              fleet_threads,
+                              "--admin",
+                              w->admin,
+                              "--store-timeout-ms",
+                              fleet_timeout_ms,
+                              "--store-max-attempts",
+                              fleet_attempts,
+                              NULL};
         w->pid = fu_spawn(argv, -1, w->log);
+        w->waited = false;
     }
     setenv("AWS_ENDPOINT_URL", su.endpoint, 1);
 
@@ -449,14 +486,14 @@ static void clients_end(fleet_t *f)
 }
 
 /* The workers did not fail: each exits 0 once the master has no more
- * work; at least one of them reported a split of part-00001 failed by the
- * ignored Range. */
-static void workers_went_on(fleet_t *f)
+ * work; at least one of them reported a split of part-00001 failed by
+ * why (the store's message). */
+static void workers_went_on(fleet_t *f, const char *why)
 {
     int reported = 0;
     for (int i = 0; i < WORKERS; i++) {
         wk_t *w = &f->w[i];
-        int ws = fu_wait_exit(w->pid, 30);
+        int ws = wk_wait(w);
         cr_assert_neq(ws, -1, "worker %s did not exit; see %s", w->id, w->log);
         cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "worker %s: status %d; see %s", w->id, ws,
                   w->log);
@@ -465,11 +502,10 @@ static void workers_went_on(fleet_t *f)
         char line[2048];
         while (fgets(line, sizeof line, fp))
             reported += strstr(line, "part-00001") && strstr(line, "reported to the master") &&
-                        strstr(line, IGNORED);
+                        strstr(line, why);
         fclose(fp);
     }
-    cr_assert_gt(reported, 0, "no worker reported a split of part-00001 (%s): see %s", IGNORED,
-                 fu_dir);
+    cr_assert_gt(reported, 0, "no worker reported a split of part-00001 (%s): see %s", why, fu_dir);
 }
 
 /* Every GET of one file's stripes (but those its footer shares) answered
@@ -517,7 +553,7 @@ Test(s3_faults_fleet, an_ignored_range_fails_the_splits_not_the_workers_and_they
                      "epoch %u: %llu samples delivered and %lld skipped", e,
                      (unsigned long long)per_epoch[e], rows / EPOCHS);
     json_decref(j);
-    workers_went_on(&f);
+    workers_went_on(&f, IGNORED);
     pthread_mutex_lock(&f.proxy.mu);
     int faults = f.proxy.faults, slow = f.proxy.n_slowdowns, resets = f.proxy.n_resets;
     pthread_mutex_unlock(&f.proxy.mu);
@@ -557,7 +593,89 @@ Test(s3_faults_fleet, an_ignored_range_fails_the_job_naming_the_object_not_the_w
     cr_assert(msg && strstr(msg, "part-00001") && strstr(msg, IGNORED), "message: %s",
               msg ? msg : "(none)");
     json_decref(j);
-    workers_went_on(&f);
+    workers_went_on(&f, IGNORED);
+    fleet_down(&f);
+}
+
+/* ---- a server that hangs ---- */
+
+#define TIMED_OUT "Timeout was reached" /* curl's message for CURLE_OPERATION_TIMEDOUT */
+#define HANG_ATTEMPTS 2
+
+/* Every GET of the stripes in the first tenth of one file read by the
+ * proxy and never answered: with --store-timeout-ms 500 and
+ * --store-max-attempts 2 each such read times out twice and fails
+ * (SL_ERR_TIMEOUT naming the object); those splits fail and are skipped
+ * (on_bad_split "skip"), the workers go on and exit 0, every other row is
+ * delivered exactly once in each epoch, the same ids in both, and the
+ * workers' summaries count exactly the proxy's hangs: one retry and one
+ * failed request per two. */
+Test(s3_faults_fleet, a_hung_object_times_out_fails_the_splits_not_the_workers_and_they_are_skipped,
+     .timeout = 240)
+{
+    uint64_t rng = tu_seed("s3_faults_fleet.hang_skip");
+    fleet_timeout_ms = "500";
+    fleet_attempts = "2";
+    fleet_dead_fraction = 0.1; /* a few splits: each failure costs two timeouts */
+    fleet_t f;
+    fleet_up(&f, "s3hang", "\"on_bad_split\":\"skip\",", &rng, "part-00001", 5);
+    clients_end(&f);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(f.c[i].end, SL_ERR_CLOSED, "client %d ended with %s: %s", i,
+                     sl_err_str(f.c[i].end), f.c[i].msg);
+    cr_assert(fu_job_finished(&f.m, f.job));
+    uint64_t per_epoch[EPOCHS] = {0}, twice = 0, differ = 0;
+    for (uint32_t e = 0; e < EPOCHS; e++)
+        for (uint32_t id = 0; id < ROWS; id++) {
+            unsigned n = atomic_load(&f.seen[e * ROWS + id]);
+            per_epoch[e] += n;
+            twice += n > 1;
+            differ += n != atomic_load(&f.seen[id]);
+        }
+    cr_assert_eq(twice, 0, "%llu ids delivered more than once in an epoch",
+                 (unsigned long long)twice);
+    cr_assert_eq(differ, 0, "%llu ids delivered in one epoch and not the other",
+                 (unsigned long long)differ);
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", f.job);
+    json_t *j = fu_get_json(f.m.admin, path);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "finished");
+    long long splits = json_integer_value(json_object_get(j, "skipped_splits"));
+    long long rows = json_integer_value(json_object_get(j, "skipped_rows"));
+    cr_assert(splits > 0 && splits % EPOCHS == 0 && splits <= EPOCHS * 4,
+              "%lld splits skipped: not some of the first tenth's in each epoch", splits);
+    cr_assert_eq(rows, splits * 1000, "%lld rows skipped in %lld splits of 1000", rows, splits);
+    for (uint32_t e = 0; e < EPOCHS; e++)
+        cr_assert_eq(per_epoch[e] + (uint64_t)rows / EPOCHS, ROWS,
+                     "epoch %u: %llu samples delivered and %lld skipped", e,
+                     (unsigned long long)per_epoch[e], rows / EPOCHS);
+    json_decref(j);
+    workers_went_on(&f, TIMED_OUT);
+
+    counts_t s = {0};
+    for (int i = 0; i < WORKERS; i++)
+        summary_counts(&f.w[i], &s);
+    pthread_mutex_lock(&f.proxy.mu);
+    int seen = f.proxy.requests, hangs = f.proxy.n_hangs, faults = f.proxy.faults;
+    int other = f.proxy.n_slowdowns + f.proxy.n_resets;
+    pthread_mutex_unlock(&f.proxy.mu);
+    fprintf(stderr,
+            "s3_faults_fleet.hang_skip: %d requests through the proxy, %d hung; the workers: %lld "
+            "requests, %lld retries, %lld failures; %lld splits skipped\n",
+            seen, hangs, s.requests, s.retries, s.failures, splits);
+    cr_assert_eq(other, 0);
+    cr_assert_eq(faults, hangs);
+    cr_assert_eq(s.requests, seen, "workers sent %lld requests, the proxy saw %d", s.requests,
+                 seen);
+    /* each hung request tried exactly --store-max-attempts times */
+    cr_assert_gt(hangs, 0);
+    cr_assert_eq(hangs % HANG_ATTEMPTS, 0, "%d hangs: not whole requests of %d attempts", hangs,
+                 HANG_ATTEMPTS);
+    cr_assert_eq(s.retries, (long long)hangs / HANG_ATTEMPTS * (HANG_ATTEMPTS - 1),
+                 "%lld retries for %d hangs", s.retries, hangs);
+    cr_assert(s.failures >= splits && s.failures <= hangs / HANG_ATTEMPTS,
+              "%lld failed operations for %lld skipped splits and %d failed requests", s.failures,
+              splits, hangs / HANG_ATTEMPTS);
     fleet_down(&f);
 }
 

@@ -146,7 +146,10 @@ SU_FN int su_main(int argc, char *argv[])
  * decides instead (under the proxy's lock, from the request's head: its
  * request line and headers): 0 pass, 1 reset, 2 SlowDown, 3 delay, 4 a
  * server that ignores the Range: 200 OK with more bytes (zeros) than the
- * Range asks for, as a whole object would come. */
+ * Range asks for, as a whole object would come; 5 a server that hangs:
+ * the request read and never answered, the connection held until the
+ * client gives up and closes it (at most SU_HANG_MAX_MS). */
+#define SU_HANG_MAX_MS 30000
 typedef struct su_proxy su_proxy_t;
 typedef int (*su_plan_fn)(su_proxy_t *p, const char *head, size_t len);
 struct su_proxy {
@@ -156,8 +159,8 @@ struct su_proxy {
     int resets, slowdowns, delays;
     bool slowdown_all;
     uint32_t delay_ms;
-    int requests, faults;      /* seen, and answered with a fault */
-    int n_resets, n_slowdowns; /* the faults by kind */
+    int requests, faults;               /* seen, and answered with a fault */
+    int n_resets, n_slowdowns, n_hangs; /* the faults by kind */
     su_plan_fn plan;
     void *plan_arg;
 };
@@ -168,7 +171,7 @@ SU_FN tu_relay_verdict_t su_proxy_hook(void *ctx, int fd, const char *req, size_
     su_proxy_t *p = ctx;
     pthread_mutex_lock(&p->mu);
     p->requests++;
-    int fault = 0; /* 1 reset, 2 slowdown, 3 delay, 4 Range ignored */
+    int fault = 0; /* 1 reset, 2 slowdown, 3 delay, 4 Range ignored, 5 hang */
     if (p->plan != NULL)
         fault = p->plan(p, req, head);
     else if (p->resets > 0)
@@ -177,9 +180,10 @@ SU_FN tu_relay_verdict_t su_proxy_hook(void *ctx, int fd, const char *req, size_
         p->slowdowns -= !p->slowdown_all, fault = 2;
     else if (p->delays > 0)
         p->delays--, fault = 3;
-    if (fault == 1 || fault == 2 || fault == 4) p->faults++;
+    if (fault == 1 || fault == 2 || fault == 4 || fault == 5) p->faults++;
     p->n_resets += fault == 1;
     p->n_slowdowns += fault == 2;
+    p->n_hangs += fault == 5;
     uint32_t delay = p->delay_ms;
     pthread_mutex_unlock(&p->mu);
     if (fault == 1) {
@@ -217,6 +221,17 @@ SU_FN tu_relay_verdict_t su_proxy_hook(void *ctx, int fd, const char *req, size_
             size_t k = n - sent < sizeof zeros ? n - sent : sizeof zeros;
             if (!tu_relay_send_all(fd, zeros, k)) break; /* the client hung up: enough */
             sent += k;
+        }
+        return TU_RELAY_HANDLED;
+    }
+    if (fault == 5) {
+        /* bounded: a client that never gives up is let go after the cap */
+        char sink[4096];
+        for (int waited = 0; waited < SU_HANG_MAX_MS; waited += 100) {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            int n = poll(&pf, 1, 100);
+            if (n < 0 && errno != EINTR) break;
+            if (n > 0 && recv(fd, sink, sizeof sink, 0) <= 0) break; /* the client closed it */
         }
         return TU_RELAY_HANDLED;
     }

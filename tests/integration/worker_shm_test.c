@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dpp/worker/admin/admin.h"
 #include "worker_util.h"
 
 static char tmpdir[256];
@@ -48,12 +49,16 @@ static sl_pipeline_job_t *gen_job(void)
     return job;
 }
 
+/* sl_trainer_opts_t.shm_copy of the trainers connect_trainer makes */
+static bool trainer_shm_copy;
+
 static sl_trainer_t *connect_trainer(const char *addr, bool shm)
 {
     sl_trainer_opts_t o = sl_trainer_opts_default();
     o.address = addr;
     o.prefetch = 4;
     o.no_shm = !shm;
+    o.shm_copy = trainer_shm_copy;
     o.metrics_address = "";
     sl_trainer_t *t = NULL;
     sl_error_t err = {0};
@@ -117,9 +122,10 @@ static void settled_stats(sl_worker_t *w, sl_worker_stats_t *st)
 }
 
 /* One worker (opts o), one trainer; what it got into g, the worker's
- * stats into st. */
+ * stats into st, and (shm_status not NULL) its /status "shm" object then
+ * (caller owns, json_decref). */
 static void run_one(const sl_pipeline_job_t *job, sl_worker_opts_t o, bool shm, got_t *g,
-                    sl_worker_stats_t *st)
+                    sl_worker_stats_t *st, json_t **shm_status)
 {
     char addr[64];
     sl_worker_t *w = wu_start(job, &o, addr, sizeof addr);
@@ -129,7 +135,24 @@ static void run_one(const sl_pipeline_job_t *job, sl_worker_opts_t o, bool shm, 
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
     settled_stats(w, st);
+    if (shm_status) {
+        char *text = sl_worker_admin_status_json(w, NULL);
+        cr_assert_not_null(text);
+        json_t *j = json_loads(text, 0, NULL);
+        cr_assert_not_null(j, "%s", text);
+        *shm_status = json_incref(json_object_get(j, "shm"));
+        cr_assert(json_is_object(*shm_status), "no shm object in %s", text);
+        json_decref(j);
+        free(text);
+    }
     sl_worker_destroy(w);
+}
+
+static long long shm_field(const json_t *shm, const char *name)
+{
+    const json_t *v = json_object_get(shm, name);
+    cr_assert(json_is_integer(v), "/status shm.%s missing", name);
+    return (long long)json_integer_value(v);
 }
 
 static void same_as_over_the_socket(bool no_fused)
@@ -140,8 +163,9 @@ static void same_as_over_the_socket(bool no_fused)
     o.no_fused = no_fused;
     got_t *shm = calloc(1, sizeof *shm), *sock = calloc(1, sizeof *sock);
     sl_worker_stats_t ws, wsock;
-    run_one(job, o, true, shm, &ws);
-    run_one(job, o, false, sock, &wsock);
+    json_t *status = NULL;
+    run_one(job, o, true, shm, &ws, &status);
+    run_one(job, o, false, sock, &wsock, NULL);
     expect_once_per_epoch(shm->seen);
     expect_once_per_epoch(sock->seen);
     cr_assert_eq(memcmp(shm->digest, sock->digest, sizeof shm->digest), 0,
@@ -159,6 +183,14 @@ static void same_as_over_the_socket(bool no_fused)
     /* read in place (zero copy): every block held past its ACK, then let go */
     cr_assert_eq(ws.server.shm_held, batches);
     cr_assert_eq(ws.server.shm_released + ws.server.shm_held_freed, batches);
+    /* /status shows them as the stats do */
+    cr_assert_eq(shm_field(status, "held"), (long long)batches);
+    cr_assert_eq(shm_field(status, "released"), (long long)ws.server.shm_released);
+    cr_assert_eq(shm_field(status, "held_freed"), (long long)ws.server.shm_held_freed);
+    cr_assert_eq(shm_field(status, "released") + shm_field(status, "held_freed"),
+                 (long long)batches);
+    cr_assert_eq(shm_field(status, "high_water"), (long long)ws.shm_high_water);
+    json_decref(status);
     cr_assert_eq(ws.shm_fallbacks, 0);
     cr_assert_eq(ws.shm_used, 0, "every block freed once acknowledged");
     cr_assert_eq(ws.shm_capacity, ws.memory_limit / 2);
@@ -194,9 +226,9 @@ Test(worker_shm, read_in_place_the_same_as_copied_out)
     o.threads = 1;
     got_t *held = calloc(1, sizeof *held), *copied = calloc(1, sizeof *copied);
     sl_worker_stats_t wh, wc;
-    run_one(job, o, true, held, &wh);
+    run_one(job, o, true, held, &wh, NULL);
     setenv("SLUICE_TRAINER_SHM_COPY", "1", 1);
-    run_one(job, o, true, copied, &wc);
+    run_one(job, o, true, copied, &wc, NULL);
     unsetenv("SLUICE_TRAINER_SHM_COPY");
     expect_once_per_epoch(held->seen);
     expect_once_per_epoch(copied->seen);
@@ -209,6 +241,42 @@ Test(worker_shm, read_in_place_the_same_as_copied_out)
     cr_assert_eq(wc.server.shm_held, 0, "a copying client holds nothing");
     cr_assert_eq(wc.server.shm_released, 0);
     cr_assert_eq(wh.shm_used, 0);
+    cr_assert_eq(wc.shm_used, 0);
+    free(held);
+    free(copied);
+    sl_pipeline_job_destroy(job);
+}
+
+/* sl_trainer_opts_t.shm_copy does what $SLUICE_TRAINER_SHM_COPY=1 does:
+ * every batch through shared memory, copied out (the worker holds no
+ * block past its ACK), the same bytes as read in place. */
+Test(worker_shm, the_shm_copy_option_copies_out_as_the_variable_does)
+{
+    sl_pipeline_job_t *job = gen_job();
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    got_t *held = calloc(1, sizeof *held), *copied = calloc(1, sizeof *copied);
+    sl_worker_stats_t wh, wc;
+    unsetenv("SLUICE_TRAINER_SHM_COPY");
+    run_one(job, o, true, held, &wh, NULL);
+    trainer_shm_copy = true;
+    json_t *status = NULL;
+    run_one(job, o, true, copied, &wc, &status);
+    trainer_shm_copy = false;
+    expect_once_per_epoch(held->seen);
+    expect_once_per_epoch(copied->seen);
+    cr_assert_eq(memcmp(held->digest, copied->digest, sizeof held->digest), 0,
+                 "every sample's bytes are the same both ways");
+    const uint64_t batches = EPOCHS * ROWS / BATCH;
+    cr_assert_eq(copied->st.batches_shm, batches);
+    cr_assert_eq(copied->st.batches_socket, 0);
+    cr_assert_eq(wh.server.shm_held, batches);
+    cr_assert_eq(wc.server.shm_held, 0, "a copying client holds nothing");
+    cr_assert_eq(wc.server.shm_released, 0);
+    cr_assert_eq(shm_field(status, "held"), 0);
+    cr_assert_eq(shm_field(status, "released"), 0);
+    cr_assert_eq(shm_field(status, "held_freed"), 0);
+    json_decref(status);
     cr_assert_eq(wc.shm_used, 0);
     free(held);
     free(copied);

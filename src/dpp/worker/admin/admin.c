@@ -80,6 +80,7 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
     counter(pp, jl, SL_M(WORKER_KAFKA_RECORDS_TOTAL), (double)st.records_read);
     counter(pp, jl, SL_M(WORKER_KAFKA_BAD_RECORDS_TOTAL), (double)st.records_bad);
     counter(pp, jl, SL_M(WORKER_KAFKA_PAUSES_TOTAL), (double)st.kafka_pauses);
+    counter(pp, jl, SL_M(WORKER_KAFKA_FETCHER_WAKES_TOTAL), (double)st.kafka_wakes);
     counter(pp, jl, SL_M(WORKER_KAFKA_CHUNKS_HANDED_BACK_TOTAL), (double)st.kafka_handed_back);
     counter(pp, jl, SL_M(WORKER_KAFKA_DEAD_LETTER_RECORDS_TOTAL), (double)st.records_dead_letter);
     counter(pp, jl, SL_M(WORKER_KAFKA_DEAD_LETTER_FAILURES_TOTAL),
@@ -214,17 +215,21 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
     if (o)
         json_object_set_new(
             o, "shm",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "capacity",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "capacity",
                       (json_int_t)st.shm_capacity, "used", (json_int_t)st.shm_used, "high_water",
-                      (json_int_t)st.shm_high_water, "batches", (json_int_t)st.server.shm_batches,
-                      "bytes", (json_int_t)st.server.shm_bytes, "fallbacks",
-                      (json_int_t)st.shm_fallbacks, "attached", (json_int_t)st.server.shm_attached,
-                      "refused", (json_int_t)st.server.shm_refused));
+                      (json_int_t)st.shm_high_water, "held", (json_int_t)st.server.shm_held,
+                      "released", (json_int_t)st.server.shm_released, "held_freed",
+                      (json_int_t)st.server.shm_held_freed, "batches",
+                      (json_int_t)st.server.shm_batches, "bytes", (json_int_t)st.server.shm_bytes,
+                      "fallbacks", (json_int_t)st.shm_fallbacks, "attached",
+                      (json_int_t)st.server.shm_attached, "refused",
+                      (json_int_t)st.server.shm_refused));
     if (o && (st.records_read || st.records_bad))
         json_object_set_new(
             o, "kafka",
-            json_pack("{s:I, s:I, s:I, s:I}", "records", (json_int_t)st.records_read, "bad_records",
-                      (json_int_t)st.records_bad, "pauses", (json_int_t)st.kafka_pauses,
+            json_pack("{s:I, s:I, s:I, s:I, s:I}", "records", (json_int_t)st.records_read,
+                      "bad_records", (json_int_t)st.records_bad, "pauses",
+                      (json_int_t)st.kafka_pauses, "wakes", (json_int_t)st.kafka_wakes,
                       "handed_back", (json_int_t)st.kafka_handed_back));
     if (o && st.pq_row_groups)
         json_object_set_new(o, "parquet",

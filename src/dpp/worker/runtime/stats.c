@@ -24,6 +24,7 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
         out->records_read = r.read;
         out->records_bad = r.bad;
         out->kafka_pauses = r.pauses;
+        out->kafka_wakes = r.wakes;
         out->kafka_handed_back = r.handed_back;
         _Static_assert(sizeof out->age_buckets == sizeof r.age_buckets, "age buckets");
         memcpy(out->age_buckets, r.age_buckets, sizeof r.age_buckets);
@@ -110,8 +111,9 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
         fprintf(out,
                 "  kafka records %" PRIu64 ", bad %" PRIu64
                 " (skipped, their offsets read); partition paused %" PRIu64
-                " times (memory limit reached)\n",
-                st->records_read, st->records_bad, st->kafka_pauses);
+                " times (memory limit reached); fetcher woken %" PRIu64
+                " times (a drained full queue)\n",
+                st->records_read, st->records_bad, st->kafka_pauses, st->kafka_wakes);
     if (st->pq_row_groups)
         fprintf(out,
                 "  parquet row groups %" PRIu64 ", skipped by statistics %" PRIu64 " (%" PRIu64

@@ -19,6 +19,7 @@
 #include "dpp/worker/source/parquet_source.h"
 #include "dpp/worker/runtime/worker_internal.h"
 #include "sluice/wire.h"
+#include "store/store.h"
 
 #define DEFAULT_MEMORY_LIMIT (256ull << 20)
 #define MAX_THREADS 256
@@ -149,7 +150,9 @@ static sl_err_t open_table(sl_worker_t *w, const sl_pipeline_job_t *job,
 {
     const sl_allocator_t *a = w->a;
     sl_err_t rc;
-    if ((rc = sl_wh_table_open(job->table, a, &w->table, err))) return rc;
+    sl_store_opts_t so = {.request_timeout_ms = w->o.store_timeout_ms,
+                          .max_attempts = w->o.store_max_attempts};
+    if ((rc = sl_wh_table_open_with(job->table, &so, a, &w->table, err))) return rc;
     if (job->partitions && (rc = sl_wh_filter_parse(job->partitions, a, &w->filter, err))) {
         if (problems) sl_pipeline_problems_add(problems, "$.source.partitions: %s", err->msg);
         return rc;

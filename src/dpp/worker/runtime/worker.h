@@ -113,6 +113,11 @@ typedef struct sl_worker_opts {
      * client: the worker's pipeline alone, with no trainer competing for
      * the cores (bench/threads.c). The job ends when its batches are made. */
     bool discard;
+    /* One attempt of an object store request of the table's reads (S3
+     * tables; transfer included), before the store's retries; 0: the
+     * store's default (60 s). */
+    uint32_t store_timeout_ms;
+    uint32_t store_max_attempts; /* tries of one such request; 0: the store's default (5) */
 } sl_worker_opts_t;
 
 #define SL_WORKER_DEFAULT_SHM_MAX (1ull << 30)
@@ -143,6 +148,9 @@ typedef struct sl_worker_stats {
     /* ... times the partition being read was paused: the budget reached
      * 7/8 of the limit (resumed below 3/4) */
     uint64_t kafka_pauses;
+    /* ... times the fetcher was woken after a read drained a queue that had
+     * reached librdkafka's thresholds (kafka/chunk.c, wake_fetcher) */
+    uint64_t kafka_wakes;
     /* ... stream chunks handed back at their partition's end, the rest
      * left for a later lease, because other work waited (kafka_source.c) */
     uint64_t kafka_handed_back;

@@ -54,10 +54,10 @@ typedef struct kafka_source {
     sl_dpp_row_range_t whole; /* its todo */
     int64_t from, to;
     const kpart_t *part;
-    _Atomic uint64_t records, bad, pauses; /* read by the admin thread (records hook) */
-    _Atomic uint64_t yields;               /* head chunks handed back (pass_yield) */
-    sl_worker_budget_t *budget;            /* the worker's: back-pressure (NULL: none) */
-    uint64_t prefetch;                     /* librdkafka's share of it, held throughout */
+    _Atomic uint64_t records, bad, pauses, wakes; /* read by the admin thread (records hook) */
+    _Atomic uint64_t yields;                      /* head chunks handed back (pass_yield) */
+    sl_worker_budget_t *budget;                   /* the worker's: back-pressure (NULL: none) */
+    uint64_t prefetch;                            /* librdkafka's share of it, held throughout */
     /* reader thread: the budget's use when it last changed, and when */
     uint64_t hold_used, hold_since_ms;
     uint64_t row_bytes;    /* a decoded row's bytes in the last stripe: what held rows will take */
@@ -308,6 +308,7 @@ static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_
         atomic_fetch_add(&s->records, st.records);
         atomic_fetch_add(&s->bad, st.bad);
         atomic_fetch_add(&s->pauses, st.pauses);
+        atomic_fetch_add(&s->wakes, st.wakes);
     }
     return rc;
 }
@@ -318,6 +319,7 @@ static void kafka_records(void *ctx, sl_worker_records_t *out)
     out->read = atomic_load(&s->records);
     out->bad = atomic_load(&s->bad);
     out->pauses = atomic_load(&s->pauses);
+    out->wakes = atomic_load(&s->wakes);
     out->handed_back = atomic_load(&s->yields);
     sl_age_counts_t c;
     sl_age_hist_read(&s->ages, &c);

@@ -143,6 +143,7 @@ typedef sl_err_t (*sl_worker_rows_fn)(void *fn_ctx, const sl_wh_rows_t *rows, ui
 typedef struct sl_worker_records {
     uint64_t read, bad;
     uint64_t pauses;      /* partitions paused for back-pressure (the budget full) */
+    uint64_t wakes;       /* fetcher wakes after a drained queue (sl_kafka_read_stats_t.wakes) */
     uint64_t handed_back; /* stream chunks handed back at the partition's end (other work waited) */
     uint64_t age_buckets[SL_WORKER_AGE_BUCKETS]; /* not cumulative */
     uint64_t age_count, age_sum_ms;
