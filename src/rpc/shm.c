@@ -256,7 +256,10 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
      * keeps such writes in this process (copy on write) where a read-only
      * one would fault; sl_rpc_shm_forget drops the copies before a block
      * goes back. Without a hold frames are only copied out. */
-    void *p = hold ? mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE, memfd, 0)
+    /* NORESERVE: the copies are of the few pages a user writes, not the
+     * whole heap, which need not be charged against overcommit up front */
+    void *p = hold ? mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE,
+                          memfd, 0)
                    : mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, memfd, 0);
     int e = errno;
     close(memfd);
