@@ -7,7 +7,8 @@ thread each, in the same run, rounds interleaved (docs/BENCHMARKS.md,
 recommendation-shaped table (an id, a label, 13 float32 dense and 26
 list<int64> sparse features, zstd). Each worker round is `sluice worker
 --job SPEC --threads 1` serving `sluice read --json`-free (the reader only
-counts), batches of 4096; its figure is the samples/s `sluice read`
+counts), batches of 4096 (`--threads N`: the workers at --threads N);
+its figure is the samples/s `sluice read`
 prints. Per core: rows over the CPU seconds of the worker process (all
 its threads: the split reader, the transform thread, the server) and of
 pyarrow's read (`time.process_time`), the figures to compare on a machine
@@ -45,13 +46,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from parquet_read import make_file  # noqa: E402  the same seeded file
 
 
-def worker_round(sluice, spec, tmp, flags=()):
-    """samples/s of one worker (1 transform thread) serving one reader, and
+def worker_round(sluice, spec, tmp, flags=(), threads=1):
+    """samples/s of one worker (--threads threads) serving one reader, and
     the worker process's CPU seconds."""
     log = os.path.join(tmp, "w.log")
     with open(log, "w") as lf:
         w = subprocess.Popen([sluice, "worker", "--job", spec, "--listen", "127.0.0.1:0",
-                              "--exit-when-done", "--threads", "1", *flags], stdout=lf,
+                              "--exit-when-done", "--threads", str(threads), *flags], stdout=lf,
                              stderr=subprocess.STDOUT)
     try:
         addr = None
@@ -109,6 +110,9 @@ def main():
     ap.add_argument("--transforms", action="store_true",
                     help="the criteo job's transforms in both jobs (log1p of the dense "
                          "features, sigrid_hash of the sparse ones); pyarrow reads columns only")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="the workers' --threads (both builds'; 2: the Parquet source decodes "
+                         "a row group's columns on 2 threads); pyarrow reads on 1 thread")
     ap.add_argument("--baseline-flags", default="",
                     help="worker flags of the baseline's rounds (e.g. --no-decode-maps)")
     args = ap.parse_args()
@@ -143,14 +147,16 @@ def main():
             json.dump(spec, open(specs[name], "w"))
         nrows = pq.ParquetFile(path).metadata.num_rows
         print(f"rows {nrows}, file {os.path.getsize(path) / 1e6:.1f} MB (zstd), "
-              f"{pq.ParquetFile(path).num_row_groups} row groups; 1 thread each; workers "
+              f"{pq.ParquetFile(path).num_row_groups} row groups; workers on {args.threads} "
+              f"thread(s), pyarrow on 1; workers "
               f"{'with the criteo transforms' if args.transforms else 'without transforms'}"
               f"{'; baseline flags ' + args.baseline_flags if bflags else ''}")
         if args.ab:
             ratios = []
             for r in range(args.rounds):
-                _, base_cpu = worker_round(args.baseline_sluice, specs["parquet"], tmp, bflags)
-                _, cpu = worker_round(args.sluice, specs["parquet"], tmp)
+                _, base_cpu = worker_round(args.baseline_sluice, specs["parquet"], tmp, bflags,
+                                           args.threads)
+                _, cpu = worker_round(args.sluice, specs["parquet"], tmp, (), args.threads)
                 ratios.append(cpu / base_cpu)
                 print(f"round {r}: baseline {base_cpu * 1e3:.1f} ms CPU, this build "
                       f"{cpu * 1e3:.1f} ms CPU ({cpu / nrows * 1e6:.3f} us/row), "
@@ -168,7 +174,7 @@ def main():
             line = []
             for name, sluice, spec in runs:
                 rate, cpu = worker_round(sluice, specs[spec], tmp,
-                                         bflags if name == "baseline" else ())
+                                         bflags if name == "baseline" else (), args.threads)
                 got[name].append(rate)
                 core[name].append(nrows / cpu)
                 line.append(f"worker on {name} {rate:,.0f} samples/s ({nrows / cpu:,.0f}/core)")
