@@ -7,7 +7,8 @@ thread each, in the same run, rounds interleaved (docs/BENCHMARKS.md,
 recommendation-shaped table (an id, a label, 13 float32 dense and 26
 list<int64> sparse features, zstd). Each worker round is `sluice worker
 --job SPEC --threads 1` serving `sluice read --json`-free (the reader only
-counts), batches of 4096; its figure is the samples/s `sluice read`
+counts), batches of 4096 (`--threads N`: the workers at --threads N);
+its figure is the samples/s `sluice read`
 prints. Per core: rows over the CPU seconds of the worker process (all
 its threads: the split reader, the transform thread, the server) and of
 pyarrow's read (`time.process_time`), the figures to compare on a machine
@@ -17,6 +18,8 @@ Prints each round and the medians; figures only, never pass or fail.
 `--ab` runs only the two builds' workers on the Parquet file, a pair a
 round, and prints their CPU and its ratio (a step's effect under the load
 of the moment, which moves the absolute figures more than the step).
+`--threads N` runs the workers at --threads N (`--baseline-threads` the
+baseline's: `--ab` with the same build twice compares thread counts).
 `--transforms` gives both jobs the criteo job's transforms (log1p of every
 dense feature, sigrid_hash of every sparse one, examples/jobs/criteo.json):
 the workers' figures then include them, pyarrow's read does not (its
@@ -45,13 +48,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from parquet_read import make_file  # noqa: E402  the same seeded file
 
 
-def worker_round(sluice, spec, tmp, flags=()):
-    """samples/s of one worker (1 transform thread) serving one reader, and
+def worker_round(sluice, spec, tmp, flags=(), threads=1):
+    """samples/s of one worker (--threads threads) serving one reader, and
     the worker process's CPU seconds."""
     log = os.path.join(tmp, "w.log")
     with open(log, "w") as lf:
         w = subprocess.Popen([sluice, "worker", "--job", spec, "--listen", "127.0.0.1:0",
-                              "--exit-when-done", "--threads", "1", *flags], stdout=lf,
+                              "--exit-when-done", "--threads", str(threads), *flags], stdout=lf,
                              stderr=subprocess.STDOUT)
     try:
         addr = None
@@ -109,10 +112,17 @@ def main():
     ap.add_argument("--transforms", action="store_true",
                     help="the criteo job's transforms in both jobs (log1p of the dense "
                          "features, sigrid_hash of the sparse ones); pyarrow reads columns only")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="the workers' --threads (both builds'; 2: the Parquet source decodes "
+                         "a row group's columns on 2 threads); pyarrow reads on 1 thread")
+    ap.add_argument("--baseline-threads", type=int,
+                    help="the baseline's --threads (default: --threads); with --ab and the same "
+                         "build as --sluice: one thread count against another, pairs interleaved")
     ap.add_argument("--baseline-flags", default="",
                     help="worker flags of the baseline's rounds (e.g. --no-decode-maps)")
     args = ap.parse_args()
     bflags = args.baseline_flags.split()
+    bthreads = args.baseline_threads or args.threads
     if args.ab and not args.baseline_sluice:
         raise SystemExit("--ab needs --baseline-sluice")
     tmp = tempfile.mkdtemp(prefix="sluice-pqsource-")
@@ -143,20 +153,25 @@ def main():
             json.dump(spec, open(specs[name], "w"))
         nrows = pq.ParquetFile(path).metadata.num_rows
         print(f"rows {nrows}, file {os.path.getsize(path) / 1e6:.1f} MB (zstd), "
-              f"{pq.ParquetFile(path).num_row_groups} row groups; 1 thread each; workers "
+              f"{pq.ParquetFile(path).num_row_groups} row groups; workers on {args.threads} "
+              f"thread(s), pyarrow on 1; workers "
               f"{'with the criteo transforms' if args.transforms else 'without transforms'}"
               f"{'; baseline flags ' + args.baseline_flags if bflags else ''}")
         if args.ab:
-            ratios = []
+            ratios, rates = [], []
             for r in range(args.rounds):
-                _, base_cpu = worker_round(args.baseline_sluice, specs["parquet"], tmp, bflags)
-                _, cpu = worker_round(args.sluice, specs["parquet"], tmp)
+                base_rate, base_cpu = worker_round(args.baseline_sluice, specs["parquet"], tmp,
+                                                   bflags, bthreads)
+                rate, cpu = worker_round(args.sluice, specs["parquet"], tmp, (), args.threads)
                 ratios.append(cpu / base_cpu)
-                print(f"round {r}: baseline {base_cpu * 1e3:.1f} ms CPU, this build "
-                      f"{cpu * 1e3:.1f} ms CPU ({cpu / nrows * 1e6:.3f} us/row), "
-                      f"ratio {cpu / base_cpu:.3f}")
+                rates.append(rate / base_rate)
+                print(f"round {r}: baseline {base_cpu * 1e3:.1f} ms CPU {base_rate:,.0f} "
+                      f"samples/s, this build {cpu * 1e3:.1f} ms CPU ({cpu / nrows * 1e6:.3f} "
+                      f"us/row) {rate:,.0f} samples/s, CPU ratio {cpu / base_cpu:.3f}, "
+                      f"rate ratio {rate / base_rate:.3f}")
             print(f"median CPU ratio this build / baseline {statistics.median(ratios):.3f} "
-                  f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
+                  f"(rounds {min(ratios):.3f}-{max(ratios):.3f}), samples/s ratio "
+                  f"{statistics.median(rates):.3f} (rounds {min(rates):.3f}-{max(rates):.3f})")
             return
         runs = [("parquet", args.sluice, "parquet"), ("table", args.sluice, "table")]
         if args.baseline_sluice:
@@ -167,8 +182,9 @@ def main():
         for r in range(args.rounds):
             line = []
             for name, sluice, spec in runs:
-                rate, cpu = worker_round(sluice, specs[spec], tmp,
-                                         bflags if name == "baseline" else ())
+                base = name == "baseline"
+                rate, cpu = worker_round(sluice, specs[spec], tmp, bflags if base else (),
+                                         bthreads if base else args.threads)
                 got[name].append(rate)
                 core[name].append(nrows / cpu)
                 line.append(f"worker on {name} {rate:,.0f} samples/s ({nrows / cpu:,.0f}/core)")

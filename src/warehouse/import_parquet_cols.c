@@ -163,8 +163,18 @@ void imp_pqc_destroy(imp_pqc_t *c)
     sl_arena_destroy(c->out);
     imp_pq_free_readers(c->pool, c->pool_cap);
     sl_free(a, c->pool, (size_t)c->pool_cap * sizeof *c->pool);
+    imp_pqc_par_destroy(c->par);       /* its scratch after the readers that used it */
     sl_pq_scratch_destroy(c->scratch); /* after the readers that used it */
     sl_free(a, c, sizeof *c);
+}
+
+sl_err_t imp_pqc_set_threads(imp_pqc_t *c, uint32_t threads, sl_error_t *err)
+{
+    for (uint32_t i = 0; i < c->pool_cap; i++) /* none keeps a scratch about to go */
+        if (c->pool[i] != NULL) sl_pq_reader_set_scratch(c->pool[i], c->scratch);
+    imp_pqc_par_destroy(c->par); /* no reader decodes between reads */
+    c->par = NULL;
+    return imp_pqc_par_new(c->a, threads, 2 * c->p->num_cols + 2, &c->par, err);
 }
 
 void imp_pqc_set_maps(imp_pqc_t *c, const sl_wh_value_map_t *maps)
@@ -686,11 +696,13 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
         rc = imp_pq_open_group(p, c->slot_read, f, gi, &g, err);
         for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) /* a new reader, or a renewed one */
             sl_pq_reader_set_scratch(g.rd[i], c->scratch);
+        if (rc == SL_OK && c->par != NULL) imp_pqc_par_assign(c->par, f, gi, &g, c->scratch);
         if (rc == SL_OK) set_reader_maps(c, &g);
         if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
         while (rc == SL_OK && !past) {
             uint32_t rows = 0;
-            rc = imp_pq_group_next(&g, input, gi, &rows, err);
+            rc = c->par != NULL ? imp_pqc_par_next(c->par, &g, input, gi, &rows, err)
+                                : imp_pq_group_next(&g, input, gi, &rows, err);
             if (rc != SL_OK || rows == 0) break;
             /* the batch's rows in [lo, hi) */
             uint32_t r = rd->lo > row ? (uint32_t)(rd->lo - row < rows ? rd->lo - row : rows) : 0;

@@ -64,7 +64,32 @@ struct imp_pqc {
     sl_pq_reader_t **pool; /* [pool_cap] */
     uint32_t pool_cap;
     sl_pq_scratch_t *scratch; /* the pool's readers' shared page and ZSTD context */
+    /* the decode on several threads (imp_pqc_set_threads); NULL: this
+     * thread decodes every reader */
+    struct imp_pqc_par *par;
 };
+
+/* ---- decoding a row group's readers on several threads
+ * (import_parquet_par.c) ---- */
+
+typedef struct imp_pqc_par imp_pqc_par_t;
+/* threads - 1 helper threads, each with its own page scratch and ZSTD
+ * context, for groups of at most cap readers. threads < 2: *out NULL (no
+ * helpers). Caller owns *out, free with imp_pqc_par_destroy after the
+ * readers it decoded are destroyed or decode no more. */
+sl_err_t imp_pqc_par_new(const sl_allocator_t *a, uint32_t threads, uint32_t cap,
+                         imp_pqc_par_t **out, sl_error_t *err);
+void imp_pqc_par_destroy(imp_pqc_par_t *p);
+/* Split the readers of row group gi of f (g, just opened) into groups of
+ * about the same uncompressed bytes, one per thread, and give each reader
+ * its thread's scratch (own: the calling thread's). */
+void imp_pqc_par_assign(imp_pqc_par_t *p, const sl_pq_file_t *f, uint32_t gi, group_read_t *g,
+                        sl_pq_scratch_t *own);
+/* imp_pq_group_next with each group's readers decoded on its thread (the
+ * calling thread's too), joined before it returns: the same batches, rows
+ * and errors as imp_pq_group_next. */
+sl_err_t imp_pqc_par_next(imp_pqc_par_t *p, group_read_t *g, const char *input, uint32_t gi,
+                          uint32_t *rows, sl_error_t *err);
 
 /* import_parquet_take.c: begin building rows [r0, r1) of g's batches, a
  * whole stripe with the builder empty, in place (c->direct), when every

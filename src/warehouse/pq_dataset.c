@@ -616,6 +616,11 @@ void sl_wh_pqds_reader_set_maps(sl_wh_pqds_reader_t *r, const sl_wh_value_map_t 
     imp_pqc_set_maps(r->cols, maps);
 }
 
+sl_err_t sl_wh_pqds_reader_set_threads(sl_wh_pqds_reader_t *r, uint32_t threads, sl_error_t *err)
+{
+    return imp_pqc_set_threads(r->cols, threads, err);
+}
+
 void sl_wh_pqds_reader_destroy(sl_wh_pqds_reader_t *r)
 {
     if (r == NULL) return;

@@ -114,6 +114,13 @@ void sl_wh_pqds_reader_destroy(sl_wh_pqds_reader_t *r);
  * (raw ids still checked), other values one by one after their
  * conversion. Borrowed, must outlive r; NULL: none. */
 void sl_wh_pqds_reader_set_maps(sl_wh_pqds_reader_t *r, const sl_wh_value_map_t *maps);
+/* Decode the columns of sl_wh_pqds_read_stripes on `threads` threads: the
+ * caller's and threads - 1 helpers started here, each decoding the
+ * projected column readers of a group of about the same bytes, joined
+ * before a batch of rows is converted (docs/PARQUET.md "Decoding on
+ * several threads"); the same stripes and errors as one thread. 0 or 1:
+ * the caller's thread alone (the default). Between reads only. */
+sl_err_t sl_wh_pqds_reader_set_threads(sl_wh_pqds_reader_t *r, uint32_t threads, sl_error_t *err);
 
 /* Hand rows [from, to) of split sp (one of ds's plan) to fn, in order.
  * Errors name the file, row group, column and page. */

@@ -112,6 +112,10 @@ void imp_pqc_destroy(imp_pqc_t *c);
  * when they come straight from an INT64 column, else after the
  * conversion; dense values after the conversion (a missing one as NaN). */
 void imp_pqc_set_maps(imp_pqc_t *c, const sl_wh_value_map_t *maps);
+/* Decode each row group's readers on `threads` threads (this one and
+ * threads - 1 helpers, import_parquet_par.c); 0 or 1: this thread alone
+ * (the default). Between reads only. */
+sl_err_t imp_pqc_set_threads(imp_pqc_t *c, uint32_t threads, sl_error_t *err);
 /* Rows built since the last take. */
 uint32_t imp_pqc_count(const imp_pqc_t *c);
 /* The rows built so far as a stripe: by_session sorts them stably by

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kafka/record_decode.h"
+#include "parquet/parquet.h"
 #include "testutil.h"
 #include "warehouse/import.h"
 #include "warehouse/import_internal.h"
@@ -486,6 +487,183 @@ Test(pq_columns, maps_at_decode_same_stripes_as_mapping_after)
     sl_wh_splits_destroy(sp);
     sl_wh_pqds_destroy(ds);
     sl_wh_colmap_destroy(m);
+}
+
+/* ---- decoding on several threads (sl_wh_pqds_reader_set_threads) ---- */
+
+/* a pure map (no counter: the column readers call it from their threads) */
+static void map_ids_pure(const void *ctx, int64_t *v, uint64_t n)
+{
+    (void)ctx;
+    for (uint64_t i = 0; i < n; i++)
+        v[i] = id_f(v[i]);
+}
+
+/* Stripes of [from, to) by batch rows of the features feats[nf] (NULL:
+ * all), decoded on one thread and on `threads`, maps at decode or not:
+ * the same stripes bit for bit, or the same error and message. */
+static void threads_same(sl_wh_pqds_t *ds, const sl_wh_split_t *sp, const char *const *feats,
+                         uint32_t nf, uint64_t from, uint64_t to, uint32_t batch, uint32_t threads,
+                         bool mapped)
+{
+    const sl_wh_schema_t *sch = sl_wh_pqds_mapping(ds)->schema;
+    uint32_t n = feats ? nf : sl_wh_schema_num_features(sch);
+    sl_wh_value_map_t maps[16];
+    cr_assert_leq(n, 16);
+    for (uint32_t i = 0; i < n; i++) {
+        const sl_wh_feature_t *f =
+            feats ? sl_wh_schema_find(sch, feats[i]) : sl_wh_schema_feature(sch, i);
+        bool dense = f->kind == SL_WH_DENSE;
+        maps[i] = (sl_wh_value_map_t){.ids = dense ? NULL : map_ids_pure,
+                                      .dense = dense ? map_dense : NULL,
+                                      .ids_nonneg = true};
+    }
+    static stripes_t want, got;
+    sl_error_t err = {0}, err2 = {0};
+    sl_wh_pqds_reader_t *r1 = NULL, *rn = NULL;
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, feats, nf, &r1, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, feats, nf, &rn, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_pqds_reader_set_threads(rn, threads, &err), SL_OK, "%s", err.msg);
+    if (mapped) {
+        sl_wh_pqds_reader_set_maps(r1, maps);
+        sl_wh_pqds_reader_set_maps(rn, maps);
+    }
+    /* twice: the second read reuses the readers (and their scratch) */
+    for (int pass = 0; pass < 2; pass++) {
+        sl_err_t rc1 = sl_wh_pqds_read_stripes(r1, sp, from, to, batch, new_stripe, &want, &err);
+        sl_err_t rc2 = sl_wh_pqds_read_stripes(rn, sp, from, to, batch, new_stripe, &got, &err2);
+        check_taken(&want);
+        check_taken(&got);
+        cr_assert_eq(rc2, rc1, "[%llu, %llu) by %u on %u threads: %s / %s",
+                     (unsigned long long)from, (unsigned long long)to, batch, threads, err.msg,
+                     err2.msg);
+        if (rc1 != SL_OK) {
+            cr_assert_str_eq(err2.msg, err.msg);
+        } else {
+            cr_assert_eq(got.n, want.n, "[%llu, %llu) by %u on %u threads: stripes",
+                         (unsigned long long)from, (unsigned long long)to, batch, threads);
+            for (uint32_t i = 0; i < want.n; i++)
+                compare(&want.s[i], &got.s[i], i);
+        }
+        free_stripes(&want);
+        free_stripes(&got);
+    }
+    sl_wh_pqds_reader_destroy(r1);
+    sl_wh_pqds_reader_destroy(rn);
+}
+
+Test(pq_columns, threads_decode_same_stripes)
+{
+    sl_wh_splits_t *sp = NULL;
+    sl_wh_colmap_t *m = NULL;
+    sl_wh_pqds_t *ds = open_mapped(FULL, &m, &sp);
+    const sl_wh_split_t *s = &sp->items[0];
+    const char *const feats[] = {"item_ids", "f32", "one_id", "country_h",
+                                 "words_h",  "f64", "i64",    "flag"};
+    const char *const one[] = {"f64"};
+    static const uint64_t ranges[][2] = {{0, 77}, {78, 300}, {127, 129}, {0, 300}};
+    static const uint32_t batches[] = {1, 64, 128, 4096};
+    static const uint32_t threads[] = {2, 3, 16};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+            for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
+                /* every column (row 78's weights refused), in place, mapped */
+                threads_same(ds, s, NULL, 0, ranges[i][0], ranges[i][1], batches[b], threads[t],
+                             false);
+                threads_same(ds, s, feats, 8, ranges[i][0], ranges[i][1], batches[b], threads[t],
+                             b % 2 == 0);
+            }
+    /* one feature (besides ids and labels), more threads than readers */
+    threads_same(ds, s, one, 1, 0, 300, 100, 16, true);
+    /* 0 and 1: no helpers */
+    threads_same(ds, s, feats, 8, 0, 300, 64, 0, false);
+    threads_same(ds, s, feats, 8, 0, 300, 64, 1, false);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
+    /* a negative id (refused), numbered rows */
+    ds = open_mapped(NEG, &m, &sp);
+    threads_same(ds, &sp->items[0], NULL, 0, 0, 300, 33, 2, false);
+    threads_same(ds, &sp->items[0], NULL, 0, 131, 300, 4096, 2, true);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
+}
+
+/* A copy of the fixture with bytes [at, at + 6) of the first data page
+ * of each named column in row group 1 overwritten: the same error, and the
+ * same message (file, row group, column, page: the first column's in
+ * reader order), on one thread and on several. */
+static void corrupt_same_error(const char *const *cols, uint32_t ncols, uint32_t at)
+{
+    FILE *in = fopen(fixture, "rb");
+    cr_assert_not_null(in);
+    static uint8_t buf[1 << 20];
+    size_t len = fread(buf, 1, sizeof buf, in);
+    fclose(in);
+    cr_assert_lt(len, sizeof buf);
+    sl_pq_source_t src;
+    sl_pq_memory_t mem;
+    sl_pq_file_t *pf = NULL;
+    sl_error_t err = {0};
+    sl_pq_source_memory(&mem, buf, len, &src);
+    cr_assert_eq(sl_pq_file_open(&src, "copy", NULL, &pf, &err), SL_OK, "%s", err.msg);
+    const sl_pq_meta_t *pm = sl_pq_file_meta(pf);
+    for (uint32_t i = 0; i < ncols; i++) {
+        int64_t c = sl_pq_find_column(pm, cols[i]);
+        cr_assert_geq(c, 0, "%s", cols[i]);
+        int64_t off = pm->row_groups[1].chunks[c].data_page_offset + at;
+        cr_assert_lt((size_t)off + 6, len);
+        memset(buf + off, 0xff, 6);
+    }
+    sl_pq_file_destroy(pf);
+    char *path = tu_path(dir, "corrupt.parquet");
+    tu_write_file(path, buf, len);
+    sl_wh_colmap_t *m = mapping(FULL);
+    sl_wh_pqds_t *ds = NULL;
+    sl_wh_splits_t *sp = NULL;
+    cr_assert_eq(sl_wh_pqds_open(path, m, NULL, NULL, NULL, NULL, &ds, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_pqds_plan(ds, 1000, NULL, 0, &sp, NULL, &err), SL_OK, "%s", err.msg);
+    const char *const feats[] = {"item_ids", "f32", "one_id", "f64", "i64", "flag"};
+    sl_wh_pqds_reader_t *r[2] = {NULL, NULL};
+    sl_error_t e[2] = {{0}, {0}};
+    sl_err_t rc[2];
+    static stripes_t got[2];
+    for (int t = 0; t < 2; t++) {
+        cr_assert_eq(sl_wh_pqds_reader_new(ds, feats, 6, &r[t], &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_wh_pqds_reader_set_threads(r[t], t ? 2 : 1, &err), SL_OK, "%s", err.msg);
+        rc[t] =
+            sl_wh_pqds_read_stripes(r[t], &sp->items[0], 0, 300, 64, new_stripe, &got[t], &e[t]);
+        check_taken(&got[t]);
+    }
+    cr_assert_neq(rc[0], SL_OK, "the corrupt page is read");
+    cr_assert_eq(rc[1], rc[0], "%s / %s", e[0].msg, e[1].msg);
+    cr_assert_str_eq(e[1].msg, e[0].msg);
+    cr_assert(strstr(e[0].msg, "row group 1") != NULL, "%s", e[0].msg);
+    cr_assert_eq(got[1].n, got[0].n, "stripes before the error");
+    for (uint32_t i = 0; i < got[0].n; i++)
+        compare(&got[0].s[i], &got[1].s[i], i);
+    for (int t = 0; t < 2; t++) {
+        free_stripes(&got[t]);
+        sl_wh_pqds_reader_destroy(r[t]);
+    }
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
+    free(path);
+}
+
+Test(pq_columns, threads_decode_same_errors)
+{
+    /* one column's page header; its compressed values */
+    const char *const f64[] = {"f64"};
+    corrupt_same_error(f64, 1, 0);
+    corrupt_same_error(f64, 1, 20);
+    /* two columns, whichever thread decodes each: the first's error */
+    const char *const two[] = {"f32", "i64"};
+    corrupt_same_error(two, 2, 0);
+    const char *const two_r[] = {"i64", "f32"};
+    corrupt_same_error(two_r, 2, 20);
 }
 
 /* ---- the import ---- */

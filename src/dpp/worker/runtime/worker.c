@@ -216,8 +216,8 @@ static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job, bool 
     }
     uint32_t nf = 0;
     const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
-    rc = sl_worker_source_parquet_new(ds, splits, job->batch_size, features, nf, w->decode_maps, a,
-                                      &w->source, err);
+    rc = sl_worker_source_parquet_new(ds, splits, job->batch_size, w->threads, features, nf,
+                                      w->decode_maps, a, &w->source, err);
     if (rc != SL_OK) w->pq_store = NULL; /* ds went with the source */
     return rc;
 }

@@ -11,7 +11,10 @@
  * Memory: per projected leaf column one page (compressed and
  * decompressed), its dictionary and 4096 rows of decoded values, plus the
  * stripe being built and the one handed out (batch size rows in column
- * form each, the loop accounts it in the budget of --memory-limit). */
+ * form each, the loop accounts it in the budget of --memory-limit). With
+ * --threads N >= 2 the columns are decoded on N threads (the reader
+ * thread and N - 1 helpers, sl_wh_pqds_reader_set_threads), each helper
+ * with its own page scratch and ZSTD context. */
 #include <inttypes.h>
 #include <stdatomic.h>
 
@@ -139,7 +142,7 @@ static bool fw_other(void *ctx)
 }
 
 sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, sl_wh_splits_t *splits, uint32_t batch_rows,
-                                      const char *const *features, uint32_t nf,
+                                      uint32_t threads, const char *const *features, uint32_t nf,
                                       const sl_wh_value_map_t *maps, const sl_allocator_t *a,
                                       sl_worker_source_t *src, sl_error_t *err)
 {
@@ -156,6 +159,9 @@ sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, sl_wh_splits_t *splits, 
         atomic_init(&s->cancel, false);
         rc = sl_wh_pqds_reader_new(ds, features, nf, &s->rd, err);
         if (rc == SL_OK) sl_wh_pqds_reader_set_maps(s->rd, maps);
+        /* the reader thread alone reads a split: its decode on the
+         * worker's cores (the transform threads mostly wait for it) */
+        if (rc == SL_OK) rc = sl_wh_pqds_reader_set_threads(s->rd, threads, err);
     }
     if (rc != SL_OK) {
         if (s != NULL) {
