@@ -5,9 +5,12 @@
  * the server is done when the rest is acknowledged; the batches of live
  * leases stay, in order, and go out as before. A worker whose lease was
  * taken back while its master restarted, after its clients had finished,
- * used to wait for those batches forever. */
+ * used to wait for those batches forever. And a producer waiting for room
+ * behind a full queue of a revoked lease's batches (its job failed, its
+ * trainers gone) gets it: they are dropped, not waited on forever. */
 #include <criterion/criterion.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
@@ -121,6 +124,62 @@ Test(server_revoked, a_revoked_leases_batches_go_without_a_client_to_pop_them)
     cr_assert_eq(sl_worker_budget_used(budget), 0);
     close(fd);
     sl_worker_server_stop(s);
+    sl_worker_server_destroy(s);
+    sl_worker_budget_destroy(budget);
+}
+
+typedef struct waiter {
+    sl_worker_server_t *s;
+    atomic_bool returned;
+    sl_err_t rc;
+} waiter_t;
+
+static void *wait_room_main(void *arg)
+{
+    waiter_t *wt = arg;
+    wt->rc = sl_worker_server_wait_room(wt->s, 0);
+    atomic_store(&wt->returned, true);
+    return NULL;
+}
+
+Test(server_revoked, a_producer_waiting_behind_a_revoked_leases_batches_gets_room, .timeout = 30)
+{
+    lease_t gone = {0}, kept = {0};
+    sl_worker_budget_t *budget = sl_worker_budget_new(NULL, 1 << 20);
+    sl_worker_server_opts_t o = {.listen = "127.0.0.1:0",
+                                 .job_id = "j",
+                                 .budget = budget,
+                                 .max_queued = 3,
+                                 .lease_live = live,
+                                 .lease_retire = retire};
+    sl_worker_server_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
+    push(s, budget, &gone, 1);
+    push(s, budget, &kept, 2);
+    push(s, budget, &gone, 3);
+    /* full (3 of 3), no client: the master takes one lease back */
+    atomic_store(&gone.revoked, true);
+    cr_assert_eq(sl_worker_server_wait_room(s, 0), SL_OK); /* returned: room came from the drop */
+    sl_worker_server_stats_t st;
+    sl_worker_server_stats(s, &st);
+    cr_assert_eq(st.dropped, 2, "dropped %llu", (unsigned long long)st.dropped);
+    cr_assert_eq(st.ready, 1, "the live lease's batch stays");
+    cr_assert_eq(atomic_load(&gone.retired), 2);
+    cr_assert_eq(atomic_load(&gone.acked), 0);
+    cr_assert_eq(sl_worker_budget_used(budget), 100);
+    /* a queue full of live batches still makes the producer wait, until
+     * the server stops */
+    push(s, budget, &kept, 4);
+    push(s, budget, &kept, 5);
+    waiter_t wt = {.s = s};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, wait_room_main, &wt), 0);
+    usleep(300 * 1000);
+    cr_assert_not(atomic_load(&wt.returned), "room with three live batches queued");
+    sl_worker_server_stop(s);
+    pthread_join(th, NULL);
+    cr_assert_eq(wt.rc, SL_ERR_CLOSED);
     sl_worker_server_destroy(s);
     sl_worker_budget_destroy(budget);
 }

@@ -502,6 +502,8 @@ sl_err_t dpp_server_push_now(struct sl_worker_server *s, const sl_worker_server_
     return SL_OK;
 }
 
+static void drop_revoked_in(struct sl_worker_server *s, sl_worker_queue_t *q) SL_REQUIRES(s->mu);
+
 sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s, uint32_t rank_plus_one)
 {
     /* A batch for one trainer rank (static sharding) never waits here: its
@@ -512,8 +514,17 @@ sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s, uint32_t rank_plus_on
     /* Woken when a sender takes a batch, a revoked one is dropped, or a
      * stop; the timeout only bounds a missed wakeup. */
     while (!s->stopping && !s->waits_ended && !s->fail_code &&
-           sl_worker_queue_len(s->ready[0]) >= s->o.max_queued)
+           sl_worker_queue_len(s->ready[0]) >= s->o.max_queued) {
+        /* A queue full of a revoked lease's batches may have no sender
+         * left to pop them (its job failed and its trainers went): the
+         * producer, still cutting that lease's stripe, waited for room
+         * forever and its worker never exited. They go now instead. */
+        if (s->o.lease_live) {
+            drop_revoked_in(s, s->ready[0]);
+            if (sl_worker_queue_len(s->ready[0]) < s->o.max_queued) break;
+        }
         sl_clock_cond_wait_ms(&s->cv, &s->mu, 200);
+    }
     sl_err_t rc = s->stopping || s->waits_ended || s->fail_code ? SL_ERR_CLOSED : SL_OK;
     sl_mutex_unlock(&s->mu);
     return rc;
