@@ -340,8 +340,9 @@ const sl_metric_def_t sl_metric_defs[SL_M_COUNT] = {
          "left behind by a lost connection (the worker sends them again)."},
     [SL_M_TRAINER_SHM_BATCHES_TOTAL] = {"sluice_trainer_shm_batches_total", "counter",
                                         "job, client, rank",
-                                        "Batches received through shared memory: copied out of the "
-                                        "frame heap of a worker on this host."},
+                                        "Batches received through shared memory: read in place in "
+                                        "(or, with shm_copy, copied out of) the frame heap of a "
+                                        "worker on this host."},
     [SL_M_TRAINER_SOCKET_BATCHES_TOTAL] =
         {"sluice_trainer_socket_batches_total", "counter", "job, client, rank",
          "Batches received over the socket (their bytes in the frame)."},
