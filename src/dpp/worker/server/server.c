@@ -511,6 +511,7 @@ sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s, uint32_t rank_plus_on
      * those must not stall behind it (the budget bounds them, as before). */
     if (!s->o.max_queued || rank_plus_one) return SL_OK;
     sl_mutex_lock(&s->mu);
+    bool waited = false;
     /* Woken when a sender takes a batch, a revoked one is dropped, or a
      * stop; the timeout only bounds a missed wakeup. */
     while (!s->stopping && !s->waits_ended && !s->fail_code &&
@@ -518,12 +519,14 @@ sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s, uint32_t rank_plus_on
         /* A queue full of a revoked lease's batches may have no sender
          * left to pop them (its job failed and its trainers went): the
          * producer, still cutting that lease's stripe, waited for room
-         * forever and its worker never exited. They go now instead. */
-        if (s->o.lease_live) {
+         * forever and its worker never exited. Swept only after a wait in
+         * which no sender made room, never on the way of a moving queue. */
+        if (waited && s->o.lease_live) {
             drop_revoked_in(s, s->ready[0]);
             if (sl_worker_queue_len(s->ready[0]) < s->o.max_queued) break;
         }
         sl_clock_cond_wait_ms(&s->cv, &s->mu, 200);
+        waited = true;
     }
     sl_err_t rc = s->stopping || s->waits_ended || s->fail_code ? SL_ERR_CLOSED : SL_OK;
     sl_mutex_unlock(&s->mu);
