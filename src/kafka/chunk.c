@@ -372,6 +372,20 @@ typedef struct range_read {
     const int64_t *pos; /* the read's position (sl_kafka_read_range's pos) */
 } range_read_t;
 
+/* Seek the read's partition to pos, asynchronously: fetching starts
+ * there at once (wake_fetcher says why). @return whether the seek was
+ * taken; if not (out of memory, an error) librdkafka's timer fetches. */
+static bool seek_to(range_read_t *rr, int64_t pos)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (!l) return false;
+    rd_kafka_topic_partition_list_add(l, rr->o->topic, rr->o->partition)->offset = pos;
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(rr->c->rk, l, 0); /* 0: asynchronous */
+    if (e) rd_kafka_error_destroy(e);
+    rd_kafka_topic_partition_list_destroy(l);
+    return e == NULL;
+}
+
 /* Pause or resume the partition as o->hold (if any) wants it now
  * (resume: false, whatever hold says). */
 static void hold_check(range_read_t *rr, bool resume)
@@ -385,15 +399,11 @@ static void hold_check(range_read_t *rr, bool resume)
     rd_kafka_topic_partition_list_add(l, o->topic, o->partition);
     rd_kafka_resp_err_t e =
         want ? rd_kafka_pause_partitions(rr->c->rk, l) : rd_kafka_resume_partitions(rr->c->rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
     /* A resume alone is seen by librdkafka's broker thread at its next
      * timer, up to a second later (wake_fetcher): a seek to the read's
      * position starts the fetch at once. */
-    if (!e && !want && *rr->pos < o->to) {
-        l->elems[0].offset = *rr->pos;
-        rd_kafka_error_t *se = rd_kafka_seek_partitions(rr->c->rk, l, 0); /* asynchronous */
-        if (se) rd_kafka_error_destroy(se);
-    }
-    rd_kafka_topic_partition_list_destroy(l);
+    if (!e && !want && *rr->pos < o->to) seek_to(rr, *rr->pos);
     if (e) return;
     rr->paused = want;
     if (want) rr->st->pauses++;
@@ -548,15 +558,7 @@ static void wake_fetcher(range_read_t *rr, int64_t pos)
                 (c->queue_msgs && c->run_msgs >= c->queue_msgs / 2);
     c->run_bytes = c->run_msgs = 0;
     if (!full || rr->paused || pos >= rr->o->to) return;
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    if (!l) return; /* out of memory: librdkafka's timer wakes it */
-    rd_kafka_topic_partition_list_add(l, rr->o->topic, rr->o->partition)->offset = pos;
-    rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, l, 0); /* 0: asynchronous */
-    if (e)
-        rd_kafka_error_destroy(e);
-    else
-        rr->st->wakes++;
-    rd_kafka_topic_partition_list_destroy(l);
+    if (seek_to(rr, pos)) rr->st->wakes++;
 }
 
 sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
