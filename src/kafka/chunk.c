@@ -11,6 +11,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "common/clock.h"
+#include "kafka/retry.h"
 
 /* Messages taken from librdkafka's queue at a time: one look at the clock
  * for all of them, instead of one each (what a message cost in the read
@@ -189,25 +190,6 @@ sl_err_t sl_kafka_partitions(sl_kafka_consumer_t *c, const char *topic, int time
     return rc;
 }
 
-/* A partition whose leader is not known yet or is moving (a topic just
- * created, a broker restarting): asked again until the deadline. */
-static bool leader_moving(rd_kafka_resp_err_t e)
-{
-    return e == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
-           e == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
-           e == RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH ||
-           e == RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH;
-}
-
-/* Wait 50 ms before asking again, unless that passes the deadline. */
-static bool again_before(uint64_t deadline_ms)
-{
-    if (sl_clock_ms() + 50 >= deadline_ms) return false;
-    struct timespec ts = {0, 50000000};
-    nanosleep(&ts, NULL);
-    return true;
-}
-
 sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
                              int timeout_ms, int64_t *low, int64_t *high, sl_error_t *err)
 {
@@ -215,7 +197,7 @@ sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t 
     rd_kafka_resp_err_t e;
     do {
         e = rd_kafka_query_watermark_offsets(c->rk, topic, partition, low, high, timeout_ms);
-    } while (leader_moving(e) && again_before(deadline));
+    } while (sl_kafka_leader_moving(e) && sl_kafka_again_before(deadline));
     return e ? kerr(err, e, "watermarks", topic, partition) : SL_OK;
 }
 
@@ -240,7 +222,7 @@ sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int
         if (!e) e = l->elems[0].err;
         off = l->elems[0].offset;
         rd_kafka_topic_partition_list_destroy(l);
-    } while (leader_moving(e) && again_before(deadline));
+    } while (sl_kafka_leader_moving(e) && sl_kafka_again_before(deadline));
     if (e) return kerr(err, e, "offset for time", topic, partition);
     *offset = off < 0 ? end : off; /* no record at or after ms: the end */
     return SL_OK;

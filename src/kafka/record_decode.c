@@ -7,49 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kafka/record_decode_internal.h"
 #include "kafka/varint.h"
 #include "common/mem.h"
-
-struct sl_kafka_rows {
-    const sl_allocator_t *a;
-    sl_wh_schema_t *schema; /* a copy */
-    uint32_t T, D, S;       /* labels, projected dense features, projected sparse ones */
-    uint32_t SD, SS;        /* the schema's dense and sparse slots */
-    int32_t *dense_at;      /* [SD] schema dense slot -> projected index, -1: not projected */
-    int32_t *sparse_at;     /* [SS] the same for sparse slots */
-    bool any_weighted;
-    const char **label_names, **dense_names, **sparse_names; /* into schema, output order */
-    /* rows collected, row-major: */
-    uint32_t n, cap;
-    int64_t *sample_ids, *session_ids, *timestamps, *offsets, *create_ms; /* [cap] */
-    float *labels;                                                        /* [cap * T] */
-    float *dense;                                                         /* [cap * D] */
-    uint64_t *starts; /* [cap * S] where a row's list starts in ids */
-    uint32_t *lens;   /* [cap * S] */
-    int64_t *ids;     /* [ids_cap] every list, appended */
-    float *weights;   /* [ids_cap] their weights (1.0 for unweighted features) */
-    uint64_t nids, ids_cap;
-    uint8_t *seen; /* [T + D + S] named in the record being decoded */
-    /* Name lookups (the walker's): the k-th label, dense value and id
-     * list of the last records, which a producer writes in the same order
-     * every time, so a lookup is one compare (same_bytes); a miss asks the schema. */
-    struct hint {
-        const char *name; /* the schema's; NULL: none yet */
-        uint32_t len;
-        int32_t label;            /* labels: the label's index */
-        const sl_wh_feature_t *f; /* features */
-    } * hints[3];                 /* [T], [SD], [SS] */
-    char *namebuf;                /* [max_name + 1] a record's name as a C string */
-    uint32_t max_name;            /* the schema's longest name */
-    /* the taken stripe: */
-    sl_arena_t *out;
-    size_t out_chunk, out_want; /* its arena's chunk size; what the last stripe took */
-    struct order {
-        int64_t session;
-        uint32_t row;
-    } * order; /* [2 * order_cap]: the order, then the merge sort's scratch */
-    uint32_t order_cap;
-};
 
 /* ---- memory ---- */
 
@@ -603,7 +563,17 @@ static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
  * SL_ERR_NOMEM, err saying which. */
 static sl_err_t walk_sample(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_error_t *err)
 {
-    wstate_t st = {.r = r, .n = r->n, .off = rec->offset, .bad = 3};
+    /* Field by field, not `= {...}`: that zeroed why[] (SL_ERROR_MSG_MAX
+     * bytes, a rep stos) for every record, 14 % of this function's time,
+     * and why is read only after UNFIT has written it (bad < 3). */
+    wstate_t st;
+    st.r = r;
+    st.n = r->n;
+    st.off = rec->offset;
+    st.value_end = NULL;
+    st.bad = 3;
+    st.count[0] = st.count[1] = st.count[2] = 0;
+    st.why[0] = '\0';
     walk_t w = {rec->value, rec->value};
     if (rec->value) w.end += rec->value_len; /* no value: an empty Sample */
     st.value_end = w.end;
@@ -719,116 +689,4 @@ sl_err_t sl_kafka_rows_add_row(sl_kafka_rows_t *r, const sl_wh_row_t *row, int64
     r->create_ms[n] = create_ms;
     r->n++;
     return SL_OK;
-}
-
-/* Rows by session, stably: a bottom-up merge sort over o[n] with the
- * scratch tmp[n] (glibc's qsort allocated its own for every stripe).
- * Runs already in order, a session's rows as they came, cost one compare
- * each. @return where the sorted order is, o or tmp. */
-static struct order *sort_by_session(struct order *o, struct order *tmp, uint32_t n)
-{
-    for (uint32_t w = 1; w < n; w *= 2) {
-        for (uint32_t lo = 0; lo < n; lo += 2 * w) {
-            uint32_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
-            uint32_t i = lo, j = mid, k = lo;
-            if (mid == hi || o[mid - 1].session <= o[mid].session) { /* in order already */
-                memcpy(tmp + lo, o + lo, (size_t)(hi - lo) * sizeof *o);
-                continue;
-            }
-            while (i < mid && j < hi)
-                tmp[k++] = o[j].session < o[i].session ? o[j++] : o[i++]; /* ties: left first */
-            while (i < mid)
-                tmp[k++] = o[i++];
-            while (j < hi)
-                tmp[k++] = o[j++];
-        }
-        struct order *t = o;
-        o = tmp;
-        tmp = t;
-    }
-    return o;
-}
-
-sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error_t *err)
-{
-    memset(out, 0, sizeof *out);
-    uint32_t n = r->n;
-    if (r->out_want > r->out_chunk) {
-        /* The last stripe outgrew the arena's chunk: a chunk that holds a
-         * whole stripe, so that reset keeps it and a stripe is written to
-         * memory already mapped (a fresh large chunk each time cost a page
-         * fault every 4 KiB, more than the copy itself). */
-        sl_arena_t *bigger = sl_arena_new(r->a, r->out_want);
-        if (!bigger) goto nomem;
-        sl_arena_destroy(r->out);
-        r->out = bigger;
-        r->out_chunk = r->out_want;
-    }
-    sl_arena_reset(r->out);
-    if (n > r->order_cap) {
-        if (r->order) sl_free(r->a, r->order, 2 * (size_t)r->order_cap * sizeof *r->order);
-        r->order_cap = 0;
-        if (!(r->order = sl_alloc(r->a, 2 * (size_t)n * sizeof *r->order))) goto nomem;
-        r->order_cap = n;
-    }
-    for (uint32_t i = 0; i < n; i++)
-        r->order[i] = (struct order){r->session_ids[i], i};
-    const struct order *order = n ? sort_by_session(r->order, r->order + n, n) : r->order;
-    sl_arena_t *ar = r->out;
-    sl_batch_t *b = &out->rows.batch;
-    b->batch_size = n;
-    int64_t *sid = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *ses = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *offs = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *cms = sl_arena_alloc(ar, (size_t)n * 8 + 8);
-    if (!sid || !ses || !ts || !offs || !cms) goto nomem;
-    if (sl_dense_init(&b->dense, ar, n, r->D, r->dense_names) != SL_OK ||
-        sl_dense_init(&b->labels, ar, n, r->T, r->label_names) != SL_OK)
-        goto nomem;
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < n; i++)
-        for (uint32_t k = 0; k < r->S; k++)
-            total += r->lens[(size_t)i * r->S + k];
-    if (r->S &&
-        sl_kjt_init(&b->sparse, ar, r->S, r->sparse_names, n, total, r->any_weighted) != SL_OK)
-        goto nomem;
-    for (uint32_t j = 0; j < n; j++) {
-        uint32_t i = order[j].row;
-        sid[j] = r->sample_ids[i];
-        ses[j] = r->session_ids[i];
-        ts[j] = r->timestamps[i];
-        offs[j] = r->offsets[i];
-        cms[j] = r->create_ms[i];
-        if (r->D) memcpy(b->dense.data + (size_t)j * r->D, r->dense + (size_t)i * r->D, r->D * 4);
-        if (r->T) memcpy(b->labels.data + (size_t)j * r->T, r->labels + (size_t)i * r->T, r->T * 4);
-    }
-    uint64_t v = 0; /* key-major: every row of key 0, then key 1 ... */
-    for (uint32_t k = 0; k < r->S; k++)
-        for (uint32_t j = 0; j < n; j++) {
-            size_t at = (size_t)order[j].row * r->S + k;
-            uint32_t len = r->lens[at];
-            b->sparse.lengths[(size_t)k * n + j] = (int32_t)len;
-            if (len) {
-                memcpy(b->sparse.values + v, r->ids + r->starts[at], (size_t)len * 8);
-                if (r->any_weighted)
-                    memcpy(b->sparse.weights + v, r->weights + r->starts[at], (size_t)len * 4);
-            }
-            v += len;
-        }
-    b->sample_ids = sid;
-    b->record_ms = cms; /* travels with its row to the trainer (freshness) */
-    out->rows.schema = r->schema;
-    out->rows.session_ids = ses;
-    out->rows.timestamps = ts;
-    out->offsets = offs;
-    out->create_ms = cms;
-    r->n = 0;
-    r->nids = 0;
-    size_t fp = sl_arena_footprint(ar);
-    if (fp > r->out_chunk + 4096) r->out_want = fp + fp / 4; /* chunk headers, a larger stripe */
-    return SL_OK;
-nomem:
-    memset(out, 0, sizeof *out);
-    return sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory taking %u rows", n);
 }

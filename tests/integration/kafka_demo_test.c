@@ -12,18 +12,11 @@ static void suite_setup(void)
 
 TestSuite(kafka_demo, .init = suite_setup);
 
-static const char *binary(void)
-{
-    const char *b = getenv("SLUICE_BINARY");
-    cr_assert_not_null(b, "SLUICE_BINARY is not set (run through ctest)");
-    return b;
-}
-
 Test(kafka_demo, online_every_sample_once_with_its_figures)
 {
     char topic[64];
     snprintf(topic, sizeof topic, "demo-online-%d", (int)getpid());
-    char *argv[] = {(char *)binary(),
+    char *argv[] = {(char *)tu_binary(),
                     "demo",
                     "--online",
                     "--brokers",
@@ -78,14 +71,14 @@ Test(kafka_demo, online_every_sample_once_with_its_figures)
  * librdkafka does not know fails the run naming it. */
 Test(kafka_demo, producer_properties)
 {
-    char *off[] = {(char *)binary(), "demo", "--property", "linger.ms=2", NULL};
+    char *off[] = {(char *)tu_binary(), "demo", "--property", "linger.ms=2", NULL};
     char *out = NULL, *err = NULL, *dir = tu_mkdtemp("demo-online");
     int code = tu_run(dir, off, tu_timeout(30), &out, &err);
     cr_assert_eq(code, 2, "exit %d: %s", code, err);
     cr_assert_str_eq(err, "sluice demo: --property is for the producer of --online\n");
     free(out);
     free(err);
-    char *bad[] = {(char *)binary(),     "demo",      "--online", "--brokers",
+    char *bad[] = {(char *)tu_binary(),  "demo",      "--online", "--brokers",
                    ku_broker.bootstrap,  "--seconds", "1",        "--property",
                    "no.such.property=1", NULL};
     code = tu_run(dir, bad, tu_timeout(60), &out, &err);
@@ -99,7 +92,7 @@ Test(kafka_demo, producer_properties)
 
 Test(kafka_demo, online_needs_brokers)
 {
-    char *argv[] = {(char *)binary(), "demo", "--online", NULL};
+    char *argv[] = {(char *)tu_binary(), "demo", "--online", NULL};
     char *out = NULL, *err = NULL, *dir = tu_mkdtemp("demo-online");
     int code = tu_run(dir, argv, tu_timeout(30), &out, &err);
     cr_assert_eq(code, 2, "exit %d: %s", code, err);

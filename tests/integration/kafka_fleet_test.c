@@ -64,10 +64,13 @@ static bool good_id(uint32_t id)
 }
 
 /* ids [0, n) to a new topic of PARTS partitions; the bad ones without
- * the format header. @return the good count. */
+ * the format header. @return the good count. Idempotent, so that each
+ * partition holds its ids in the order produced, once: a test that
+ * deletes offsets counts on offset k of partition 0 being id 3k, which a
+ * retried produce request (right after a broker restart) could reorder. */
 static uint32_t produce_topic(const char *topic, uint32_t n)
 {
-    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", "enable.idempotence", "true", NULL));
     ku_create_topic(p, topic, PARTS, tu_timeout(30));
     uint32_t good = 0;
     for (uint32_t id = 0; id < n; id++) {

@@ -7,16 +7,12 @@
  * topic with why; and `sluice produce --format json --print-columns`
  * writes records that a job with the printed columns reads back, every
  * sample once. Every wait is bounded. */
-#include "kafka_util.h"
+#include "kafka_worker_util.h"
 
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 
 #include "../kafka_records.h"
-#include "dpp/pipeline/job.h"
-#include "dpp/worker/runtime/worker.h"
-#include "sluice/trainer.h"
 #include "warehouse/column_map.h"
 
 static void suite_setup(void)
@@ -27,34 +23,6 @@ static void suite_setup(void)
 TestSuite(kafka_json, .init = suite_setup);
 
 #define IDS 200
-#define MAX_IDS 4000
-
-static sl_pipeline_job_t *job_of(const char *json)
-{
-    sl_pipeline_job_t *job = NULL;
-    sl_pipeline_problems_t p = {0};
-    sl_error_t err = {0};
-    sl_err_t rc = sl_pipeline_job_parse(json, strlen(json), &job, &p, &err);
-    for (uint32_t i = 0; i < p.count; i++)
-        fprintf(stderr, "problem: %s\n", p.items[i]);
-    cr_assert_eq(rc, SL_OK, "%s", err.msg);
-    sl_pipeline_problems_free(&p);
-    return job;
-}
-
-static sl_worker_t *start(const sl_pipeline_job_t *job, char *addr, size_t cap)
-{
-    sl_worker_opts_t o = sl_worker_opts_default();
-    o.threads = 2;
-    o.memory_limit = 64u << 20;
-    sl_worker_t *w = NULL;
-    sl_pipeline_problems_t p = {0};
-    sl_error_t err = {0};
-    cr_assert_eq(sl_worker_start(job, &o, &w, &p, &err), SL_OK, "%s", err.msg);
-    sl_pipeline_problems_free(&p);
-    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
-    return w;
-}
 
 /* Record id's value; *why: the reason a bad one is refused ("" for a good
  * one). Kinds by id % 25: 3 not JSON, 8 an array, 13 a string price, 18 a
@@ -92,14 +60,14 @@ static void value_of(uint32_t id, char *buf, size_t cap, char *why, size_t wcap)
     }
 }
 
-typedef struct client {
+typedef struct json_client {
     const char *addr;
     atomic_uint *seen;   /* [MAX_IDS] */
     uint32_t bad_values; /* samples whose values were not the mapped ones */
     sl_err_t end;
     char msg[SL_ERROR_MSG_MAX];
     bool check_values;
-} client_t;
+} json_client_t;
 
 static int col(const char **names, uint32_t n, const char *name)
 {
@@ -108,9 +76,9 @@ static int col(const char **names, uint32_t n, const char *name)
     return -1;
 }
 
-static void *consume(void *arg)
+static void *consume_json(void *arg)
 {
-    client_t *c = arg;
+    json_client_t *c = arg;
     sl_trainer_opts_t o = sl_trainer_opts_default();
     o.address = c->addr;
     sl_trainer_t *t;
@@ -196,9 +164,9 @@ Test(kafka_json, json_records_with_bad_ones_and_a_dead_letter_topic)
     cr_assert_eq(sl_wh_schema_num_features(job->kafka.schema), 3);
     sl_worker_t *w = start(job, addr, sizeof addr);
     atomic_uint *seen = calloc(MAX_IDS, sizeof *seen);
-    client_t c = {.addr = addr, .seen = seen, .check_values = true};
+    json_client_t c = {.addr = addr, .seen = seen, .check_values = true};
     pthread_t ct;
-    pthread_create(&ct, NULL, consume, &c);
+    pthread_create(&ct, NULL, consume_json, &c);
     pthread_join(ct, NULL);
     cr_assert_eq(c.end, SL_ERR_CLOSED, "client ended with %s: %s", sl_err_str(c.end), c.msg);
     cr_assert_eq(c.bad_values, 0, "%u samples with values other than mapped", c.bad_values);
@@ -269,8 +237,7 @@ Test(kafka_json, sluice_produce_format_json_reads_back_through_the_printed_colum
 {
     char topic[64], spec[4096], addr[64];
     snprintf(topic, sizeof topic, "json-produce-%d", (int)getpid());
-    const char *bin = getenv("SLUICE_BINARY");
-    cr_assert_not_null(bin, "SLUICE_BINARY is not set (run through ctest)");
+    const char *bin = tu_binary();
     char *dir = tu_mkdtemp("kafka_json");
     char *argv[] = {(char *)bin, "produce", "--brokers",       ku_broker.bootstrap,
                     "--topic",   topic,     "--partitions",    "3",
@@ -296,9 +263,9 @@ Test(kafka_json, sluice_produce_format_json_reads_back_through_the_printed_colum
     cr_assert_eq(sl_wh_schema_num_labels(job->kafka.schema), 1);
     sl_worker_t *w = start(job, addr, sizeof addr);
     atomic_uint *seen = calloc(MAX_IDS, sizeof *seen);
-    client_t c = {.addr = addr, .seen = seen};
+    json_client_t c = {.addr = addr, .seen = seen};
     pthread_t ct;
-    pthread_create(&ct, NULL, consume, &c);
+    pthread_create(&ct, NULL, consume_json, &c);
     pthread_join(ct, NULL);
     cr_assert_eq(c.end, SL_ERR_CLOSED, "client ended with %s: %s", sl_err_str(c.end), c.msg);
     sl_worker_stats_t st;
@@ -311,7 +278,10 @@ Test(kafka_json, sluice_produce_format_json_reads_back_through_the_printed_colum
         cr_assert_leq(seen[id], 1, "sample %u arrived %u times", id, seen[id]);
         total += seen[id];
     }
-    cr_assert_eq(total, 500);
+    cr_assert_eq(total, 500,
+                 "%u of 500 samples (%u outside [0, %d)); the worker read %" PRIu64
+                 " records, encoded %" PRIu64 " samples",
+                 total, c.bad_values, MAX_IDS, st.records_read, st.samples);
     cr_assert_eq(c.bad_values, 0, "sample ids outside [0, %d)", MAX_IDS);
     sl_worker_destroy(w);
     free(seen);

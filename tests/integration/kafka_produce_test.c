@@ -77,8 +77,7 @@ static void unique_topic(char *buf, size_t cap, const char *what)
  * *err get its output (caller frees). @return its exit code. */
 static int run_produce(const char *topic, const char *const *args, char **out, char **err)
 {
-    const char *bin = getenv("SLUICE_BINARY");
-    cr_assert_not_null(bin, "SLUICE_BINARY is not set (run through ctest)");
+    const char *bin = tu_binary();
     char *argv[40];
     int n = 0;
     argv[n++] = (char *)bin;

@@ -243,11 +243,10 @@ KU_FN rd_kafka_t *ku_reader(const char *topic, int partitions)
 }
 
 /* Wait (bounded) until the broker's metadata lists topic with total
- * partitions, each with a leader. CreatePartitions answers before that: a
- * producer made in between does not know the new partitions, and the
- * records it sends to them fail with "Local: Unknown partition" (lost, not
- * read: kafka_stream_fleet's partition test "lost" its first records so on
- * a broker just started). */
+ * partitions, each with a leader, and each answers ListOffsets. CreatePartitions answers before
+ * that: a producer made in between does not know the new partitions, and the records it sends to
+ * them fail with "Local: Unknown partition" (lost, not read: kafka_stream_fleet's partition test
+ * "lost" its first records so on a broker just started). */
 KU_FN void ku_await_partitions(rd_kafka_t *rk, const char *topic, int total, double timeout_s)
 {
     rd_kafka_topic_t *t = rd_kafka_topic_new(rk, topic, NULL);
@@ -273,6 +272,20 @@ KU_FN void ku_await_partitions(rd_kafka_t *rk, const char *topic, int total, dou
         usleep(50 * 1000);
     }
     rd_kafka_topic_destroy(t);
+    /* Listed is not yet writable: until the broker answers ListOffsets for
+     * a partition, an idempotent producer's first batch can be refused and
+     * a later one appended before it, losing the first (KAFKA-15591;
+     * src/kafka/producer.c, await_writable). */
+    for (int p = 0; p < total; p++) {
+        int64_t low, high;
+        rd_kafka_resp_err_t e;
+        while ((e = rd_kafka_query_watermark_offsets(rk, topic, p, &low, &high, 2000)) !=
+               RD_KAFKA_RESP_ERR_NO_ERROR) {
+            cr_assert_lt(ku_now(), deadline, "topic %s partition %d: not writable after %.0f s: %s",
+                         topic, p, timeout_s, rd_kafka_err2str(e));
+            usleep(50 * 1000);
+        }
+    }
 }
 
 /* Grow topic to total partitions (admin API, bounded by timeout_s), and

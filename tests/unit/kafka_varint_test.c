@@ -168,3 +168,45 @@ Test(kafka_varint, malformed_runs_are_refused)
     cr_assert(sl_varint_read_packed(cut, cut, cut + sizeof cut, to, &n));
     cr_assert_eq(n, 7);
 }
+
+/* Runs of 3-byte varints (the SIMD reader takes four of them a step when
+ * the 12 bytes are all inside its 64-byte window), at every phase against
+ * that window, with one varint of another length at every place in the
+ * run and the run cut at every byte of its tail. */
+Test(kafka_varint, runs_of_three_byte_varints)
+{
+    static uint8_t buf[512];
+    for (size_t lead = 0; lead < 12; lead++)
+        for (unsigned odd = 0; odd <= 10; odd++)
+            for (size_t at = 0; at < 40; at += odd ? 1 : 40) {
+                size_t len = 0;
+                for (size_t i = 0; i < lead; i++)
+                    buf[len++] = (uint8_t)(next() % 128);
+                for (size_t i = 0; i < 40; i++) {
+                    uint64_t v = (UINT64_C(1) << 14) + next() % ((UINT64_C(1) << 21) - (1u << 14));
+                    if (odd && i == at) /* another length here, canonical (or 10 bytes) */
+                        v = odd == 10 ? next() | (UINT64_C(1) << 63)
+                                      : (UINT64_C(1) << (7 * (odd - 1))) + next() % 100;
+                    len += put(buf + len, v, canonical(v));
+                }
+                size_t slack = 24;
+                memset(buf + len, 0xff, slack); /* continuations: they must not count */
+                check(buf, len, len + slack);
+                for (size_t cut = len > 14 ? len - 14 : 0; cut < len; cut++)
+                    check(buf, cut, len + slack);
+            }
+    /* long runs with a varint of another length now and then, at random
+     * places against the window (a 4-byte one whose last byte is just
+     * past it must not be taken for a 3-byte one) */
+    static uint8_t run[2048];
+    for (int round = 0; round < 3000; round++) {
+        size_t len = 0;
+        for (int i = 0; i < 150; i++) {
+            uint64_t v = (UINT64_C(1) << 14) + next() % ((UINT64_C(1) << 21) - (1u << 14));
+            if (next() % 12 == 0) v = draw_value();
+            len += put(run + len, v, canonical(v));
+        }
+        memset(run + len, 0xff, 24);
+        check(run, len, len + 24);
+    }
+}
