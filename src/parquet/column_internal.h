@@ -7,6 +7,15 @@
 #include "parquet.h"
 #include "parquet_internal.h"
 
+/* An I64 dictionary of more bytes than this (entries x 8) is kept narrow
+ * where its entries allow (values.c): one that fits the L1 cache gains
+ * nothing from it. */
+#define SL_PQ_NARROW_DICT_MIN (16u << 10)
+
+/* A dictionary of at most this many bytes is prefetched whole before a
+ * batch's gathers from it (values.c, warm_dict): half the L2 cache. */
+#define SL_PQ_WARM_DICT_MAX (256u << 10)
+
 /* Levels decoded at a time (the reader's level scratch). */
 #define SL_PQ_LEVEL_CHUNK 4096u
 
@@ -42,9 +51,18 @@ struct sl_pq_reader {
     uint32_t dict_n;
     sl_pq_buf_t dict_vals; /* int64 / float / double per entry, or the bytes */
     sl_pq_buf_t dict_off;  /* BYTES: dict_n + 1 offsets */
+    /* An I64 dictionary larger than the L1 cache whose entries (mapped)
+     * all fit in 32 bits is gathered from a copy of 32-bit entries
+     * (values.c, dict_done): the indices of a batch hit random entries,
+     * and half the bytes is about half the cache misses. */
+    bool dict_narrow;
+    sl_pq_buf_t dict_i32;
+    bool dict_warm; /* the dictionary was prefetched in this batch (values.c) */
     /* sl_pq_reader_set_map: I64 values mapped before they reach a batch */
     sl_pq_i64_map_fn map;
+    sl_pq_f32_map_fn map_f32; /* sl_pq_reader_set_map_f32: F32 values */
     const void *map_ctx;
+    bool dense; /* sl_pq_reader_set_dense */
 
     /* the current data page */
     bool in_page;
@@ -126,6 +144,12 @@ static inline unsigned sl_pq_bit_width(unsigned v)
     return w;
 }
 
+/* column.c: prefixes err's message with where r is: file, row group,
+ * column, page and its offset. @return err's code. */
+sl_err_t sl_pq_where(sl_pq_reader_t *r, sl_error_t *err);
+/* page.c: read pages until a data page is set up (dictionary pages loaded
+ * on the way). *done: the chunk has no more pages. */
+sl_err_t sl_pq_page_load(sl_pq_reader_t *r, bool *done, sl_error_t *err);
 /* levels.c: decode the next SL_PQ_LEVEL_CHUNK levels of the page into
  * r->lv_def and r->lv_rep (checked against the maxima). */
 sl_err_t sl_pq_levels_refill(sl_pq_reader_t *r, sl_error_t *err);

@@ -1,5 +1,5 @@
-/* The RLE/bit-packed hybrid, DELTA_BINARY_PACKED and BYTE_STREAM_SPLIT
- * decoders (encoding.h). */
+/* The RLE/bit-packed hybrid decoder (encoding.h; DELTA_BINARY_PACKED and
+ * BYTE_STREAM_SPLIT are in delta.c). */
 #include "encoding.h"
 
 #include <string.h>
@@ -87,6 +87,40 @@ static sl_err_t rle_next_run(sl_pq_rle_t *r, sl_error_t *err)
     return SL_OK;
 }
 
+/* Start the next run: a header of one byte (a bit-packed run of up to 63
+ * groups, a repeated one of up to 63 values) taken here without a call,
+ * its repeated value too when it is one byte (width <= 8: levels and
+ * small dictionaries); any other run through rle_next_run, which also
+ * gives every error. The same runs either way. Levels of lists and
+ * optional values alternate between short repeated and bit-packed runs
+ * (a run of 3s broken by each empty list), so a page has a run every few
+ * dozen levels. */
+static inline __attribute__((always_inline)) sl_err_t rle_start(sl_pq_rle_t *r, sl_error_t *err)
+{
+    const uint8_t *p = r->p;
+    if (r->end - p >= 2 && p[0] < 0x80 && p[0] > 1) {
+        unsigned h = p[0];
+        if (h & 1) {
+            size_t left = (size_t)(r->end - p - 1), bytes = (size_t)(h >> 1) * r->width;
+            r->run = p + 1;
+            r->run_len = bytes < left ? bytes : left;
+            r->p = p + 1 + r->run_len;
+            r->packed = true;
+            r->run_pos = 0;
+            r->left = (h >> 1) * 8;
+            return SL_OK;
+        }
+        if (r->width <= 8 && (r->width == 8 || (p[1] >> r->width) == 0)) {
+            r->p = p + (r->width ? 2 : 1);
+            r->packed = false;
+            r->value = r->width ? p[1] : 0;
+            r->left = h >> 1;
+            return SL_OK;
+        }
+    }
+    return rle_next_run(r, err);
+}
+
 /* 8 values of w bits from in: w is a constant in every call of
  * unpack_groups' switch, so that each width gets its own shifts and masks.
  * Every load is inside [in, in + w + 8). */
@@ -153,6 +187,101 @@ static uint32_t unpack_groups(const uint8_t *run, size_t room, uint64_t bit, uin
     return i;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/* Whole groups of 8 values of w <= 16 bits from bit (a group's start) with
+ * AVX2, while their 16-byte loads stay inside room: a group's w bytes are
+ * loaded once into both halves of a register, each value's three bytes
+ * (from byte j * w / 8; with its shift of at most 7, w + 7 <= 23 bits) are
+ * moved into its 32-bit lane by one shuffle, then shifted by its own count
+ * and masked: 5 instructions a group against 8 loads, shifts and masks.
+ * @return how many values were unpacked. */
+/* For width w (1..16): the shuffle putting value j's bytes j * w / 8 .. + 2
+ * into lane j (0x80: a zero byte), and each lane's shift, j * w % 8. */
+#define SL_PQ_SH4(w, j)                                                                            \
+    (uint8_t)((j) * (w) / 8), (uint8_t)((j) * (w) / 8 + 1), (uint8_t)((j) * (w) / 8 + 2), 0x80
+#define SL_PQ_SHUF(w)                                                                              \
+    {                                                                                              \
+        SL_PQ_SH4(w, 0), SL_PQ_SH4(w, 1), SL_PQ_SH4(w, 2), SL_PQ_SH4(w, 3), SL_PQ_SH4(w, 4),       \
+            SL_PQ_SH4(w, 5), SL_PQ_SH4(w, 6), SL_PQ_SH4(w, 7)                                      \
+    }
+#define SL_PQ_SHIFT(w)                                                                             \
+    {                                                                                              \
+        0, (w) % 8, 2 * (w) % 8, 3 * (w) % 8, 4 * (w) % 8, 5 * (w) % 8, 6 * (w) % 8, 7 * (w) % 8   \
+    }
+static const uint8_t unpack_shuf[17][32] = {{0},
+                                            SL_PQ_SHUF(1),
+                                            SL_PQ_SHUF(2),
+                                            SL_PQ_SHUF(3),
+                                            SL_PQ_SHUF(4),
+                                            SL_PQ_SHUF(5),
+                                            SL_PQ_SHUF(6),
+                                            SL_PQ_SHUF(7),
+                                            SL_PQ_SHUF(8),
+                                            SL_PQ_SHUF(9),
+                                            SL_PQ_SHUF(10),
+                                            SL_PQ_SHUF(11),
+                                            SL_PQ_SHUF(12),
+                                            SL_PQ_SHUF(13),
+                                            SL_PQ_SHUF(14),
+                                            SL_PQ_SHUF(15),
+                                            SL_PQ_SHUF(16)};
+static const uint32_t unpack_shift[17][8] = {{0},
+                                             SL_PQ_SHIFT(1),
+                                             SL_PQ_SHIFT(2),
+                                             SL_PQ_SHIFT(3),
+                                             SL_PQ_SHIFT(4),
+                                             SL_PQ_SHIFT(5),
+                                             SL_PQ_SHIFT(6),
+                                             SL_PQ_SHIFT(7),
+                                             SL_PQ_SHIFT(8),
+                                             SL_PQ_SHIFT(9),
+                                             SL_PQ_SHIFT(10),
+                                             SL_PQ_SHIFT(11),
+                                             SL_PQ_SHIFT(12),
+                                             SL_PQ_SHIFT(13),
+                                             SL_PQ_SHIFT(14),
+                                             SL_PQ_SHIFT(15),
+                                             SL_PQ_SHIFT(16)};
+#undef SL_PQ_SH4
+#undef SL_PQ_SHUF
+#undef SL_PQ_SHIFT
+
+__attribute__((target("avx2"))) static uint32_t unpack_groups16_avx2(const uint8_t *run,
+                                                                     size_t room, uint64_t bit,
+                                                                     uint32_t *out, uint32_t k,
+                                                                     unsigned w)
+{
+    const __m256i vs = _mm256_loadu_si256((const __m256i *)unpack_shuf[w]);
+    const __m256i vc = _mm256_loadu_si256((const __m256i *)unpack_shift[w]);
+    const __m256i vm = _mm256_set1_epi32((int)((1u << w) - 1));
+    uint32_t i = 0;
+    size_t at = (size_t)(bit >> 3);
+    for (; i + 8 <= k && at + 16 <= room; i += 8, at += w) {
+        __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(run + at)));
+        x = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(x, vs), vc), vm);
+        _mm256_storeu_si256((__m256i *)(out + i), x);
+    }
+    return i;
+}
+#endif
+
+/* Whole groups of 8 values as unpack_groups does, by AVX2 where the CPU has
+ * it and the width is at most 16 bits. */
+static uint32_t unpack_groups_any(const uint8_t *run, size_t room, uint64_t bit, uint32_t *out,
+                                  uint32_t k, unsigned w, bool plain)
+{
+    uint32_t i = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (w >= 1 && w <= 16 && !plain && __builtin_cpu_supports("avx2")) {
+        i = unpack_groups16_avx2(run, room, bit, out, k, w);
+        bit += (uint64_t)i * w;
+    }
+#endif
+    return i + unpack_groups(run, room, bit, out + i, k - i, w);
+}
+
 /* k values of the current bit-packed run into out; the caller has checked
  * that k is within the run. */
 static sl_err_t rle_unpack(sl_pq_rle_t *r, uint32_t *out, uint32_t k, sl_error_t *err)
@@ -175,7 +304,7 @@ static sl_err_t rle_unpack(sl_pq_rle_t *r, uint32_t *out, uint32_t k, sl_error_t
         bit += w;
     }
     if (((r->run_pos + i) & 7) == 0 && k - i >= 8 && w > 0) {
-        uint32_t g = unpack_groups(run, room, bit, out + i, k - i, w);
+        uint32_t g = unpack_groups_any(run, room, bit, out + i, k - i, w, r->plain);
         i += g;
         bit += (uint64_t)g * w;
     }
@@ -193,7 +322,7 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
 {
     while (n > 0) {
         if (r->left == 0) {
-            SL_FORWARD_IF_ERROR(rle_next_run(r, err));
+            SL_FORWARD_IF_ERROR(rle_start(r, err));
         }
         uint32_t k = r->left < n ? r->left : n;
         if (!r->packed) {
@@ -280,7 +409,7 @@ sl_err_t sl_pq_rle_get_u8(sl_pq_rle_t *r, uint8_t *out, uint32_t n, sl_error_t *
         return sl_error_set(err, SL_ERR_INVALID, "%u-bit values decoded into bytes", r->width);
     while (n > 0) {
         if (r->left == 0) {
-            SL_FORWARD_IF_ERROR(rle_next_run(r, err));
+            SL_FORWARD_IF_ERROR(rle_start(r, err));
         }
         uint32_t k = r->left < n ? r->left : n;
         if (!r->packed)
@@ -325,8 +454,12 @@ static inline uint64_t even_bits(uint64_t x)
     return (x | x >> 16) & UINT64_C(0x00000000ffffffff);
 }
 
-sl_err_t sl_pq_rle_get_bits(sl_pq_rle_t *r, uint64_t *p0, uint64_t *p1, uint32_t at, uint32_t n,
-                            sl_error_t *err)
+/* The body of sl_pq_rle_get_bits, with the even-bits gather given (even:
+ * even_bits, or even_pext where the CPU has BMI2), inlined into each. */
+static inline __attribute__((always_inline)) sl_err_t get_bits(sl_pq_rle_t *r, uint64_t *p0,
+                                                               uint64_t *p1, uint32_t at,
+                                                               uint32_t n, sl_error_t *err,
+                                                               uint64_t (*even)(uint64_t))
 {
     const unsigned w = r->width;
     if (w != 1 && w != 2)
@@ -335,7 +468,7 @@ sl_err_t sl_pq_rle_get_bits(sl_pq_rle_t *r, uint64_t *p0, uint64_t *p1, uint32_t
     const unsigned per = w == 1 ? 56 : 28;
     while (n > 0) {
         if (r->left == 0) {
-            SL_FORWARD_IF_ERROR(rle_next_run(r, err));
+            SL_FORWARD_IF_ERROR(rle_start(r, err));
         }
         uint32_t k = r->left < n ? r->left : n;
         if (!r->packed) {
@@ -360,8 +493,8 @@ sl_err_t sl_pq_rle_get_bits(sl_pq_rle_t *r, uint64_t *p0, uint64_t *p1, uint32_t
                     if (w == 1) {
                         or_bits(p0, at + i, x, 64);
                     } else {
-                        or_bits(p0, at + i, even_bits(x), 32);
-                        or_bits(p1, at + i, even_bits(x >> 1), 32);
+                        or_bits(p0, at + i, even(x), 32);
+                        or_bits(p1, at + i, even(x >> 1), 32);
                     }
                 }
             while (i < k) {
@@ -372,8 +505,8 @@ sl_err_t sl_pq_rle_get_bits(sl_pq_rle_t *r, uint64_t *p0, uint64_t *p1, uint32_t
                 if (w == 1) {
                     or_bits(p0, at + i, x, m);
                 } else {
-                    or_bits(p0, at + i, even_bits(x), m);
-                    or_bits(p1, at + i, even_bits(x >> 1), m);
+                    or_bits(p0, at + i, even(x), m);
+                    or_bits(p1, at + i, even(x >> 1), m);
                 }
                 i += m;
                 bit += nb;
@@ -387,10 +520,42 @@ sl_err_t sl_pq_rle_get_bits(sl_pq_rle_t *r, uint64_t *p0, uint64_t *p1, uint32_t
     return SL_OK;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* Bits 0, 2, .. 62 of x by one BMI2 instruction (fast on Intel since
+ * Haswell and on AMD since Zen 3; microcoded, slow, on Zen 1 and 2). */
+__attribute__((target("bmi2"))) static inline uint64_t even_pext(uint64_t x)
+{
+    return __builtin_ia32_pext_di(x, UINT64_C(0x5555555555555555));
+}
+
+__attribute__((target("bmi2"))) static sl_err_t
+get_bits_pext(sl_pq_rle_t *r, uint64_t *p0, uint64_t *p1, uint32_t at, uint32_t n, sl_error_t *err)
+{
+    return get_bits(r, p0, p1, at, n, err, even_pext);
+}
+
+/* BMI2 with a fast pext: not AMD's Zen 1 and 2 (their pext takes up to
+ * hundreds of cycles). */
+static bool fast_pext(void)
+{
+    return __builtin_cpu_supports("bmi2") && !__builtin_cpu_is("znver1") &&
+           !__builtin_cpu_is("znver2");
+}
+#endif
+
+sl_err_t sl_pq_rle_get_bits(sl_pq_rle_t *r, uint64_t *p0, uint64_t *p1, uint32_t at, uint32_t n,
+                            sl_error_t *err)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (!r->plain && fast_pext()) return get_bits_pext(r, p0, p1, at, n, err);
+#endif
+    return get_bits(r, p0, p1, at, n, err, even_bits);
+}
+
 sl_err_t sl_pq_rle_repeated(sl_pq_rle_t *r, uint32_t *count, uint32_t *value, sl_error_t *err)
 {
     if (r->left == 0) {
-        SL_FORWARD_IF_ERROR(rle_next_run(r, err));
+        SL_FORWARD_IF_ERROR(rle_start(r, err));
     }
     *count = r->packed ? 0 : r->left;
     *value = r->value;
@@ -403,7 +568,7 @@ sl_err_t sl_pq_rle_valid(sl_pq_rle_t *r, uint32_t max, uint8_t *valid, uint32_t 
     uint32_t idx[64], count = 0;
     while (n > 0) {
         if (r->left == 0) {
-            SL_FORWARD_IF_ERROR(rle_next_run(r, err));
+            SL_FORWARD_IF_ERROR(rle_start(r, err));
         }
         uint32_t k = r->left < n ? r->left : n;
         if (!r->packed) {
@@ -459,6 +624,32 @@ static bool indices_below(const uint32_t *idx, uint32_t k, uint32_t n)
     return (bad >> 63) == 0;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* indices_below 8 at a time with AVX2 (n >= 1): x > n - 1 where the
+ * unsigned max(x, n - 1) is not n - 1. */
+__attribute__((target("avx2"))) static bool indices_below_avx2(const uint32_t *idx, uint32_t k,
+                                                               uint32_t n)
+{
+    const __m256i top = _mm256_set1_epi32((int)(n - 1));
+    __m256i bad8 = _mm256_setzero_si256();
+    uint32_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(idx + i));
+        bad8 = _mm256_or_si256(bad8, _mm256_xor_si256(_mm256_max_epu32(x, top), top));
+    }
+    return _mm256_testz_si256(bad8, bad8) && indices_below(idx + i, k - i, n);
+}
+#endif
+
+/* indices_below, by AVX2 where the CPU has it (and plain is not asked). */
+static bool indices_below_any(const uint32_t *idx, uint32_t k, uint32_t n, bool plain)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (n > 0 && !plain && __builtin_cpu_supports("avx2")) return indices_below_avx2(idx, k, n);
+#endif
+    return indices_below(idx, k, n);
+}
+
 /* The first of k indices at or above n (one is: indices_below said so). */
 static uint32_t first_at_or_above(const uint32_t *idx, uint32_t k, uint32_t n)
 {
@@ -467,17 +658,55 @@ static uint32_t first_at_or_above(const uint32_t *idx, uint32_t k, uint32_t n)
     return n;
 }
 
-/* sl_pq_rle_gather_*: a repeated run is one fill of
- * its entry, a bit-packed run is unpacked 64 indices at a time into a
+/* Are the k 16-bit little-endian indices at q all below n (n >= 1)? 8 at
+ * a time with SSE2: x > n - 1 where the saturating x - (n - 1) is not 0. */
+static bool u16_below(const uint8_t *q, uint32_t k, uint32_t n)
+{
+    if (n > 0x10000u) return true;
+    const uint16_t top = (uint16_t)(n - 1);
+    uint32_t i = 0;
+    uint16_t bad = 0;
+#if defined(__x86_64__) && defined(__SSE2__)
+    const __m128i vt = _mm_set1_epi16((short)top);
+    __m128i acc = _mm_setzero_si128();
+    for (; i + 8 <= k; i += 8)
+        acc = _mm_or_si128(acc, _mm_subs_epu16(_mm_loadu_si128((const __m128i *)(q + 2 * i)), vt));
+    bad = (uint16_t)(_mm_movemask_epi8(_mm_cmpeq_epi16(acc, _mm_setzero_si128())) != 0xffff);
+#endif
+    for (; i < k; i++) {
+        uint16_t x = (uint16_t)(q[2 * i] | q[2 * i + 1] << 8);
+        bad |= (uint16_t)(x > top);
+    }
+    return bad == 0;
+}
+
+/* The first of the k 16-bit indices at q at or above n (one is). */
+static uint32_t u16_first_at_or_above(const uint8_t *q, uint32_t k, uint32_t n)
+{
+    for (uint32_t i = 0; i < k; i++)
+        if ((uint32_t)(q[2 * i] | q[2 * i + 1] << 8) >= n)
+            return (uint32_t)(q[2 * i] | q[2 * i + 1] << 8);
+    return n;
+}
+
+/* Indices a step of the gathers: a writer's bit-packed run is up to 504
+ * values (63 groups), so a step of 256 takes most runs in one or two, and
+ * the unpack's, the check's and the loop's costs per call are paid a
+ * quarter as often as with 64; the scratch (1 KiB on the stack) stays in
+ * the L1 cache. */
+#define SL_PQ_GATHER_CHUNK 256
+
+/* sl_pq_rle_gather_*: a repeated run is one fill of its entry, a
+ * bit-packed run is unpacked SL_PQ_GATHER_CHUNK indices at a time into a
  * scratch on the stack and gathered from there, while it is in cache. */
-#define SL_PQ_RLE_GATHER(name, T)                                                                  \
-    sl_err_t name(sl_pq_rle_t *r, const T *dict, uint32_t dict_n, T *out, uint32_t n,              \
+#define SL_PQ_RLE_GATHER(name, D, T)                                                               \
+    sl_err_t name(sl_pq_rle_t *r, const D *dict, uint32_t dict_n, T *out, uint32_t n,              \
                   sl_error_t *err)                                                                 \
     {                                                                                              \
-        uint32_t idx[64];                                                                          \
+        uint32_t idx[SL_PQ_GATHER_CHUNK];                                                          \
         while (n > 0) {                                                                            \
             if (r->left == 0) {                                                                    \
-                sl_err_t rc = rle_next_run(r, err);                                                \
+                sl_err_t rc = rle_start(r, err);                                                   \
                 if (rc != SL_OK) return rc;                                                        \
             }                                                                                      \
             uint32_t k = r->left < n ? r->left : n;                                                \
@@ -486,19 +715,35 @@ static uint32_t first_at_or_above(const uint32_t *idx, uint32_t k, uint32_t n)
                     return sl_error_set(err, SL_ERR_CORRUPT,                                       \
                                         "dictionary index %u out of range (dictionary of %u)",     \
                                         r->value, dict_n);                                         \
-                const T v = dict[r->value];                                                        \
+                const T v = (T)dict[r->value];                                                     \
                 for (uint32_t i = 0; i < k; i++)                                                   \
                     out[i] = v;                                                                    \
             } else {                                                                               \
-                k = k < 64 ? k : 64;                                                               \
+                k = k < SL_PQ_GATHER_CHUNK ? k : SL_PQ_GATHER_CHUNK;                               \
+                if (r->width == 16 && dict_n > 0 &&                                                \
+                    (r->run_pos + k) * 16 <= (uint64_t)r->run_len * 8) {                           \
+                    /* 16-bit indices are the run's bytes: gathered from there */                  \
+                    const uint8_t *q = r->run + r->run_pos * 2;                                    \
+                    if (!u16_below(q, k, dict_n))                                                  \
+                        return sl_error_set(err, SL_ERR_CORRUPT,                                   \
+                                            "dictionary index %u out of range (dictionary of %u)", \
+                                            u16_first_at_or_above(q, k, dict_n), dict_n);          \
+                    for (uint32_t i = 0; i < k; i++)                                               \
+                        out[i] = (T)dict[q[2 * i] | q[2 * i + 1] << 8];                            \
+                    r->run_pos += k;                                                               \
+                    r->left -= k;                                                                  \
+                    out += k;                                                                      \
+                    n -= k;                                                                        \
+                    continue;                                                                      \
+                }                                                                                  \
                 sl_err_t rc = rle_unpack(r, idx, k, err);                                          \
                 if (rc != SL_OK) return rc;                                                        \
-                if (!indices_below(idx, k, dict_n))                                                \
+                if (!indices_below_any(idx, k, dict_n, r->plain))                                  \
                     return sl_error_set(err, SL_ERR_CORRUPT,                                       \
                                         "dictionary index %u out of range (dictionary of %u)",     \
                                         first_at_or_above(idx, k, dict_n), dict_n);                \
                 for (uint32_t i = 0; i < k; i++)                                                   \
-                    out[i] = dict[idx[i]];                                                         \
+                    out[i] = (T)dict[idx[i]];                                                      \
             }                                                                                      \
             r->left -= k;                                                                          \
             out += k;                                                                              \
@@ -507,116 +752,8 @@ static uint32_t first_at_or_above(const uint32_t *idx, uint32_t k, uint32_t n)
         return SL_OK;                                                                              \
     }
 
-SL_PQ_RLE_GATHER(sl_pq_rle_gather_f32, float)
-SL_PQ_RLE_GATHER(sl_pq_rle_gather_f64, double)
-SL_PQ_RLE_GATHER(sl_pq_rle_gather_i64, int64_t)
+SL_PQ_RLE_GATHER(sl_pq_rle_gather_f32, float, float)
+SL_PQ_RLE_GATHER(sl_pq_rle_gather_f64, double, double)
+SL_PQ_RLE_GATHER(sl_pq_rle_gather_i64, int64_t, int64_t)
+SL_PQ_RLE_GATHER(sl_pq_rle_gather_i32_i64, int32_t, int64_t)
 #undef SL_PQ_RLE_GATHER
-
-sl_err_t sl_pq_delta_init(sl_pq_delta_t *d, const uint8_t *p, size_t len, sl_error_t *err)
-{
-    memset(d, 0, sizeof *d);
-    d->p = p;
-    d->end = p + len;
-    uint64_t first;
-    if (!sl_pq_uvarint(&d->p, d->end, &d->block_size) ||
-        !sl_pq_uvarint(&d->p, d->end, &d->miniblocks) || !sl_pq_uvarint(&d->p, d->end, &d->total) ||
-        !sl_pq_uvarint(&d->p, d->end, &first))
-        return sl_error_set(err, SL_ERR_TRUNCATED, "DELTA_BINARY_PACKED header runs past the end");
-    if (d->block_size == 0 || d->block_size % 128 != 0 || d->block_size > (1u << 20) ||
-        d->miniblocks == 0 || d->block_size % d->miniblocks != 0 ||
-        (d->block_size / d->miniblocks) % 32 != 0)
-        return sl_error_set(err, SL_ERR_CORRUPT,
-                            "DELTA_BINARY_PACKED block of %llu values in %llu miniblocks",
-                            (unsigned long long)d->block_size, (unsigned long long)d->miniblocks);
-    d->mb_values = d->block_size / d->miniblocks;
-    d->left = d->total;
-    d->last = (uint64_t)sl_pq_unzigzag(first);
-    return SL_OK;
-}
-
-static sl_err_t delta_next_block(sl_pq_delta_t *d, sl_error_t *err)
-{
-    uint64_t md;
-    if (!sl_pq_uvarint(&d->p, d->end, &md))
-        return sl_error_set(err, SL_ERR_TRUNCATED,
-                            "DELTA_BINARY_PACKED block header runs past "
-                            "the end");
-    d->min_delta = (uint64_t)sl_pq_unzigzag(md);
-    if ((uint64_t)(d->end - d->p) < d->miniblocks)
-        return sl_error_set(err, SL_ERR_TRUNCATED,
-                            "DELTA_BINARY_PACKED bit widths run past the "
-                            "end");
-    d->widths = d->p;
-    d->p += d->miniblocks;
-    d->mb_index = 0;
-    d->mb_left = 0;
-    d->block_left = d->block_size;
-    return SL_OK;
-}
-
-static sl_err_t delta_next_miniblock(sl_pq_delta_t *d, sl_error_t *err)
-{
-    if (d->block_left == 0 || d->mb_index >= d->miniblocks) {
-        SL_FORWARD_IF_ERROR(delta_next_block(d, err));
-    }
-    unsigned w = d->widths[d->mb_index];
-    if (w > 64)
-        return sl_error_set(err, SL_ERR_CORRUPT, "DELTA_BINARY_PACKED miniblock of %u bits", w);
-    uint64_t bytes = d->mb_values * w / 8;
-    if ((uint64_t)(d->end - d->p) < bytes)
-        return sl_error_set(err, SL_ERR_TRUNCATED,
-                            "DELTA_BINARY_PACKED miniblock of %llu bytes, %zu left",
-                            (unsigned long long)bytes, (size_t)(d->end - d->p));
-    d->mb = d->p;
-    d->mb_bytes = (size_t)bytes;
-    d->p += bytes;
-    d->mb_width = w;
-    d->mb_pos = 0;
-    d->mb_left = d->mb_values;
-    d->mb_index++;
-    d->block_left -= d->mb_values;
-    return SL_OK;
-}
-
-sl_err_t sl_pq_delta_get(sl_pq_delta_t *d, int64_t *out, uint64_t n, sl_error_t *err)
-{
-    if (n > d->left)
-        return sl_error_set(err, SL_ERR_CORRUPT,
-                            "DELTA_BINARY_PACKED stream of %llu values asked for %llu more",
-                            (unsigned long long)d->left, (unsigned long long)n);
-    uint64_t i = 0;
-    if (n > 0 && !d->first_out) {
-        out[i++] = (int64_t)d->last;
-        d->first_out = true;
-        d->left--;
-    }
-    while (i < n) {
-        if (d->mb_left == 0) {
-            SL_FORWARD_IF_ERROR(delta_next_miniblock(d, err));
-        }
-        uint64_t k = n - i < d->mb_left ? n - i : d->mb_left;
-        uint64_t bit = d->mb_pos * d->mb_width;
-        for (uint64_t j = 0; j < k; j++, bit += d->mb_width) {
-            d->last += d->min_delta + sl_pq_bits(d->mb, d->mb_bytes, bit, d->mb_width);
-            out[i + j] = (int64_t)d->last;
-        }
-        d->mb_pos += k;
-        d->mb_left -= k;
-        d->left -= k;
-        i += k;
-    }
-    return SL_OK;
-}
-
-const uint8_t *sl_pq_delta_end(const sl_pq_delta_t *d)
-{
-    return d->p;
-}
-
-void sl_pq_bss_get(const uint8_t *data, uint64_t count, unsigned width, uint64_t first, uint64_t n,
-                   uint8_t *out)
-{
-    for (uint64_t i = 0; i < n; i++)
-        for (unsigned k = 0; k < width; k++)
-            out[i * width + k] = data[k * count + first + i];
-}

@@ -31,6 +31,9 @@ typedef struct sl_pq_rle {
     const uint8_t *run; /* a bit-packed run's bytes */
     size_t run_len;
     uint64_t run_pos; /* next value's index in the bit-packed run */
+    /* only the baseline x86-64's instructions (no pext, no AVX2), whatever
+     * the CPU has: for tests, which compare both ways */
+    bool plain;
 } sl_pq_rle_t;
 
 /* A decoder over len bytes (no length prefix: the caller strips the
@@ -75,6 +78,11 @@ sl_err_t sl_pq_rle_gather_f64(sl_pq_rle_t *r, const double *dict, uint32_t dict_
                               uint32_t n, sl_error_t *err);
 sl_err_t sl_pq_rle_gather_i64(sl_pq_rle_t *r, const int64_t *dict, uint32_t dict_n, int64_t *out,
                               uint32_t n, sl_error_t *err);
+/* The same for an INT64 dictionary kept narrow (every entry fits in 32
+ * bits): dict[index] widened to 64 bits. Half the cache lines of the
+ * 64-bit entries for the same gather. */
+sl_err_t sl_pq_rle_gather_i32_i64(sl_pq_rle_t *r, const int32_t *dict, uint32_t dict_n,
+                                  int64_t *out, uint32_t n, sl_error_t *err);
 
 /* ---- DELTA_BINARY_PACKED ---- */
 

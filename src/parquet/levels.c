@@ -227,10 +227,10 @@ static inline __attribute__((always_inline)) void list_planes(sl_pq_reader_t *r,
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* The pass compiled for popcnt, taken where the CPU has it (the build
- * targets the baseline x86-64, which does not): a row's offset without a
- * table of running counts on the stack. */
-__attribute__((target("popcnt"))) static void
+/* The pass compiled for popcnt and BMI1 (andn, blsr, tzcnt), taken where
+ * the CPU has them (the build targets the baseline x86-64, which does
+ * not): a row's offset without a table of running counts on the stack. */
+__attribute__((target("popcnt,bmi"))) static void
 list_planes_popcnt(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *nvals, bool *full)
 {
     list_planes(r, max_rows, nvals, full, true);
@@ -240,7 +240,7 @@ list_planes_popcnt(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *nvals, bool *
 void sl_pq_list_planes(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *nvals, bool *full)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (__builtin_cpu_supports("popcnt") && !r->no_popcnt) {
+    if (__builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi") && !r->no_popcnt) {
         list_planes_popcnt(r, max_rows, nvals, full);
         return;
     }

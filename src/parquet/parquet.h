@@ -272,6 +272,12 @@ typedef struct sl_pq_batch {
     uint8_t *valid;      /* per slot: 1 a value, 0 null */
     uint32_t *list_off;  /* list columns: rows + 1 offsets into the slots */
     uint8_t *list_valid; /* list columns: per row, 0 for a null list */
+    /* A dense batch (sl_pq_reader_set_dense): the values of the valid
+     * slots in slot order from index 0, vals of them, and nothing for a
+     * null slot (the values past vals are not defined). The value of slot
+     * s is at the number of valid slots before s. */
+    bool dense;
+    uint32_t vals;
 } sl_pq_batch_t;
 
 typedef struct sl_pq_reader sl_pq_reader_t;
@@ -319,6 +325,17 @@ typedef void (*sl_pq_i64_map_fn)(const void *ctx, int64_t *v, uint64_t n);
  * (valid ones only). Only for an I64-kind column; cleared by renew. Set it
  * before the chunk's first batch. */
 void sl_pq_reader_set_map(sl_pq_reader_t *r, sl_pq_i64_map_fn fn, const void *ctx);
+/* The same for the FLOAT values of an F32-kind column (a dense feature's
+ * log1p: a count column's dictionary holds a few hundred entries for a
+ * million rows); it replaces any map set before. */
+typedef void (*sl_pq_f32_map_fn)(const void *ctx, float *v, uint64_t n);
+void sl_pq_reader_set_map_f32(sl_pq_reader_t *r, sl_pq_f32_map_fn fn, const void *ctx);
+/* r's batches dense (sl_pq_batch_t.dense) or not (the default; cleared
+ * by renew): a reader whose consumer reads the valid values in order
+ * skips spreading them over the slots. Only for a scalar column of
+ * numbers (kind I64, F32, F64); ignored for others. Set it before the
+ * chunk's first batch. */
+void sl_pq_reader_set_dense(sl_pq_reader_t *r, bool dense);
 /* The next batch of at most max_rows rows (max_rows > 0); b->rows == 0 at
  * the end of the chunk. Errors name file, row group, column and page. */
 sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_batch_t **b,

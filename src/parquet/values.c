@@ -124,12 +124,34 @@ static sl_err_t put_bytes(sl_pq_reader_t *r, uint32_t s, const uint8_t *p, size_
     return SL_OK;
 }
 
+/* Whether the n I64 entries of r->dict_vals all fit in 32 bits; then they
+ * are copied into r->dict_i32 (no memory for it: kept wide). One pass
+ * over the dictionary, once a chunk. */
+static bool narrow_dict(sl_pq_reader_t *r, uint32_t n)
+{
+    const int64_t *d = r->dict_vals.p;
+    int64_t bad = 0;
+    /* x fits when x + 2^31, taken unsigned, is below 2^32 */
+    for (uint32_t i = 0; i < n; i++)
+        bad |= (int64_t)(((uint64_t)d[i] + (UINT64_C(1) << 31)) >> 32);
+    if (bad != 0 || !sl_pq_buf_fit(r->a, &r->dict_i32, (size_t)n * 4)) return false;
+    int32_t *o = r->dict_i32.p;
+    for (uint32_t i = 0; i < n; i++)
+        o[i] = (int32_t)d[i];
+    return true;
+}
+
 /* The n entries in r->dict_vals are the chunk's dictionary. */
 static sl_err_t dict_done(sl_pq_reader_t *r, uint32_t n)
 {
     /* mapped once here instead of at every index that gathers an entry */
     if (r->map != NULL && r->c->kind == SL_PQ_KIND_I64 && n > 0)
         r->map(r->map_ctx, (int64_t *)r->dict_vals.p, n);
+    if (r->map_f32 != NULL && r->c->kind == SL_PQ_KIND_F32 && n > 0)
+        r->map_f32(r->map_ctx, (float *)r->dict_vals.p, n);
+    r->dict_narrow = false;
+    if (r->c->kind == SL_PQ_KIND_I64 && (size_t)n * 8 > SL_PQ_NARROW_DICT_MIN)
+        r->dict_narrow = narrow_dict(r, n);
     r->dict_n = n;
     r->has_dict = true;
     return SL_OK;
@@ -365,14 +387,42 @@ static sl_err_t get_plain(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t
     return SL_OK;
 }
 
+/* The dictionary's cache lines prefetched in order, once a batch, when
+ * the batch gathers at least half as many entries as the dictionary has
+ * lines and it fits the L2 cache: nearly every line is then touched
+ * anyway, and lines fetched in order come in parallel where the gather's
+ * random ones wait on each other's misses. */
+static void warm_dict(sl_pq_reader_t *r, uint32_t n)
+{
+    if (r->dict_warm) return;
+    const sl_pq_column_t *c = r->c;
+    const char *p;
+    size_t bytes;
+    if (c->kind == SL_PQ_KIND_I64 && r->dict_narrow) {
+        p = r->dict_i32.p;
+        bytes = (size_t)r->dict_n * 4;
+    } else {
+        p = r->dict_vals.p;
+        bytes = (size_t)r->dict_n * (c->kind == SL_PQ_KIND_F32 ? 4 : 8);
+    }
+    if (bytes > SL_PQ_WARM_DICT_MAX || bytes <= SL_PQ_NARROW_DICT_MIN || (size_t)n * 128 < bytes)
+        return;
+    r->dict_warm = true;
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o, 0, 3);
+}
+
 static sl_err_t get_dict(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t *err)
 {
     const sl_pq_column_t *c = r->c;
+    if (c->kind != SL_PQ_KIND_BYTES) warm_dict(r, n);
     /* numbers: indices unpacked and gathered in one pass */
     if (c->kind == SL_PQ_KIND_F32)
         return sl_pq_rle_gather_f32(&r->vrle, r->dict_vals.p, r->dict_n, r->b.f32 + at, n, err);
     if (c->kind == SL_PQ_KIND_F64)
         return sl_pq_rle_gather_f64(&r->vrle, r->dict_vals.p, r->dict_n, r->b.f64 + at, n, err);
+    if (c->kind != SL_PQ_KIND_BYTES && r->dict_narrow)
+        return sl_pq_rle_gather_i32_i64(&r->vrle, r->dict_i32.p, r->dict_n, r->b.i64 + at, n, err);
     if (c->kind != SL_PQ_KIND_BYTES)
         return sl_pq_rle_gather_i64(&r->vrle, r->dict_vals.p, r->dict_n, r->b.i64 + at, n, err);
     while (n > 0) {
@@ -499,5 +549,6 @@ sl_err_t sl_pq_values_get(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t
     bool dict =
         r->encoding == SL_PQ_ENC_PLAIN_DICTIONARY || r->encoding == SL_PQ_ENC_RLE_DICTIONARY;
     if (r->map != NULL && !dict && n > 0) r->map(r->map_ctx, r->b.i64 + at, n);
+    if (r->map_f32 != NULL && !dict && n > 0) r->map_f32(r->map_ctx, r->b.f32 + at, n);
     return SL_OK;
 }

@@ -1,6 +1,7 @@
 /* Rows as JSON lines (the jsonl import format read backwards): one row of an
  * sl_wh_rows_t to a jansson object, and `cat` over a whole table. Floats are
  * printed in the shortest decimal form that reads back to the same float32. */
+#include "table_tools.h"
 #include "wh_internal.h"
 
 #include <math.h>
@@ -167,7 +168,7 @@ sl_err_t sl_wh_cat_table(const char *dir, const sl_wh_cat_opts_t *opts, FILE *ou
         memset(&o, 0, sizeof o);
     if (rows_out) *rows_out = 0;
     sl_wh_table_t *t;
-    sl_err_t rc = sl_wh_table_open(dir, o.allocator, &t, err);
+    sl_err_t rc = sl_wh_table_open_with(dir, o.store, o.allocator, &t, err);
     if (rc != SL_OK) return rc;
     sl_wh_read_opts_t ro;
     memset(&ro, 0, sizeof ro);
@@ -188,7 +189,13 @@ sl_err_t sl_wh_cat_table(const char *dir, const sl_wh_cat_opts_t *opts, FILE *ou
                 break;
             }
             sl_wh_reader_t *r;
-            if ((rc = sl_wh_reader_open(path, part->files[i], &ro, &r, err)) != SL_OK) break;
+            if (t->store != NULL) {
+                /* through the table's store: its options and the listing's pins */
+                rc = wh_table_open_reader(t, part->files[i], &ro, &r, err);
+            } else {
+                rc = sl_wh_reader_open(path, part->files[i], &ro, &r, err);
+            }
+            if (rc != SL_OK) break;
             const sl_wh_rows_t *rows;
             while (rc == SL_OK && (!o.limit || printed < o.limit)) {
                 if ((rc = sl_wh_reader_next(r, &rows, err)) != SL_OK || rows == NULL) break;

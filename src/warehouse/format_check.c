@@ -66,6 +66,17 @@ sl_err_t wh_file_check_groups(wh_file_t *f, sl_error_t *err)
     return SL_OK;
 }
 
+/* Return SL_ERR_CORRUPT naming the stream, "<file> stripe <s> <stream>:
+ * <message>", from the checker's own name, s, st, lb (room for the
+ * stream's label) and err. */
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        char m_[SL_ERROR_MSG_MAX];                                                                 \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                                      \
+        return sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u %s: %s", name, s,                   \
+                            wh_stream_label(st, lb, sizeof lb), m_);                               \
+    } while (0)
+
 /* The slot of stream st, checking that its name and kind fit the schema and
  * its value count fits the stripe. */
 static sl_err_t stream_slot(wh_file_t *f, uint32_t s, const wh_stripe_t *sp, const wh_stream_t *st,
@@ -74,13 +85,6 @@ static sl_err_t stream_slot(wh_file_t *f, uint32_t s, const wh_stripe_t *sp, con
     char lb[SL_WH_NAME_MAX + 40];
     const char *name = f->src.name;
     uint32_t N = sp->rows;
-#define BAD(...)                                                                                   \
-    do {                                                                                           \
-        char m_[SL_ERROR_MSG_MAX];                                                                 \
-        snprintf(m_, sizeof m_, __VA_ARGS__);                                                      \
-        return sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u %s: %s", name, s,                   \
-                            wh_stream_label(st, lb, sizeof lb), m_);                               \
-    } while (0)
     uint64_t expect = N;
     switch (st->kind) {
     case SL_WH_STREAM_SAMPLE_ID:
@@ -147,7 +151,6 @@ static sl_err_t stream_slot(wh_file_t *f, uint32_t s, const wh_stripe_t *sp, con
         BAD("%llu values, expected %llu", (unsigned long long)st->value_count,
             (unsigned long long)expect);
     return SL_OK;
-#undef BAD
 }
 
 /* Codec, encoding and sizes of one stream. */
@@ -155,13 +158,6 @@ static sl_err_t check_stream_sizes(wh_file_t *f, uint32_t s, const wh_stream_t *
 {
     char lb[SL_WH_NAME_MAX + 40];
     const char *name = f->src.name;
-#define BAD(...)                                                                                   \
-    do {                                                                                           \
-        char m_[SL_ERROR_MSG_MAX];                                                                 \
-        snprintf(m_, sizeof m_, __VA_ARGS__);                                                      \
-        return sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u %s: %s", name, s,                   \
-                            wh_stream_label(st, lb, sizeof lb), m_);                               \
-    } while (0)
     if (st->kind < 1 || st->kind >= SL_WH_STREAM_KINDS) BAD("unknown stream kind %u", st->kind);
     if (st->codec != SLUICE__CODEC__CODEC_NONE && st->codec != SLUICE__CODEC__CODEC_ZSTD)
         BAD("unknown codec %u", st->codec);

@@ -22,8 +22,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CHUNK_BYTES ((size_t)1 << 20)
-
 enum { S_START, S_UNQ, S_Q, S_QQ };
 
 /* Scan p[from..end) from state *st; @return the index of the '\n' that
@@ -73,76 +71,26 @@ static size_t scan(const char *p, size_t from, size_t end, char delim, int *st, 
     return end;
 }
 
+/* The lexer's state between calls: where a record ends depends on all
+ * the bytes before it. */
+typedef struct lexer {
+    char delim;
+    int st;
+} lexer_t;
+
+static size_t cut_record(void *state, const char *p, size_t from, size_t end, uint32_t *inner)
+{
+    lexer_t *lx = state;
+    return scan(p, from, end, lx->delim, &lx->st, inner);
+}
+
 sl_err_t imp_read_records(imp_source_t *src, const sl_allocator_t *a, char delim, bool strip_bom,
                           imp_record_fn on_record, imp_chunk_fn on_chunk, void *ctx,
                           sl_error_t *err)
 {
-    size_t cap = CHUNK_BYTES, have = 0, scanned = 0, skipped_len = 0;
-    bool skipping = false, first = strip_bom;
-    int st = S_START;
-    uint32_t inner = 0; /* newlines inside quotes of the record being cut */
-    char *buf = sl_alloc(a, cap);
-    if (buf == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory for a read buffer");
-    sl_err_t rc = SL_OK;
-    uint64_t seen = imp_source_consumed(src);
-    if (on_chunk != NULL && !on_chunk(ctx, seen)) goto done;
-    for (;;) {
-        if (have == cap) {
-            if (cap < IMP_LINE_LIMIT + 1) {
-                char *nb = sl_realloc(a, buf, cap, cap * 2);
-                if (nb == NULL) {
-                    rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for a record");
-                    break;
-                }
-                buf = nb;
-                cap *= 2;
-            } else {
-                /* Keep the lexer's state and the length, not the bytes. */
-                skipping = true;
-                skipped_len += have;
-                have = scanned = 0;
-            }
-        }
-        size_t n;
-        if ((rc = imp_source_read(src, buf + have, cap - have, &n, err)) != SL_OK) break;
-        uint64_t now = imp_source_consumed(src);
-        if (on_chunk != NULL && !on_chunk(ctx, now - seen)) break;
-        seen = now;
-        if (n == 0) {
-            if (skipping || have > 0) rc = on_record(ctx, buf, skipped_len + have, inner, false);
-            break;
-        }
-        size_t end = have + n, start = 0;
-        if (first) {
-            if (end < 3) {
-                have = end; /* too short to tell: read more */
-                continue;
-            }
-            if (memcmp(buf, "\xef\xbb\xbf", 3) == 0) start = scanned = 3;
-            first = false;
-        }
-        for (;;) {
-            size_t nl = scan(buf, scanned, end, delim, &st, &inner);
-            if (nl == end) {
-                scanned = end;
-                break;
-            }
-            size_t len = nl - start + skipped_len;
-            skipping = false;
-            skipped_len = 0;
-            rc = on_record(ctx, buf + start, len, inner, true);
-            inner = 0;
-            if (rc != SL_OK) break;
-            start = scanned = nl + 1;
-        }
-        if (rc != SL_OK) break;
-        memmove(buf, buf + start, end - start);
-        have = end - start;
-        scanned -= start;
-    }
-done:
-    sl_free(a, buf, cap);
-    return rc == SL_ERR_CLOSED ? SL_OK : rc;
+    lexer_t lx = {delim, S_START};
+    return imp_read_cut(src, a, "record", strip_bom, cut_record, &lx, on_record, on_chunk, ctx,
+                        err);
 }
 
 /* ---- ranges ---- */

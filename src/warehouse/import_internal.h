@@ -110,6 +110,29 @@ typedef sl_err_t (*imp_line_fn)(void *ctx, const char *line, size_t len);
 /* After each read: new_bytes of the file consumed. @return false to stop. */
 typedef bool (*imp_chunk_fn)(void *ctx, uint64_t new_bytes);
 
+/* One record without the '\n' that ends it (a trailing '\r' is left on);
+ * inner: the newlines inside it that did not end it (a CSV record's, in
+ * quoted fields); ended: whether a '\n' ended it (the file's last record
+ * may lack one). A record longer than IMP_LINE_LIMIT comes with its full
+ * length but only part of its bytes. @return as imp_line_fn's. */
+typedef sl_err_t (*imp_record_fn)(void *ctx, const char *rec, size_t len, uint32_t inner,
+                                  bool ended);
+/* Where the record going on at p[from] ends: the index of the '\n' that
+ * ends it in p[from..end), or end when it goes on past end; newlines
+ * passed that do not end it are added to *inner. state: the cutter's own
+ * (a lexer's), kept across calls, across a record too long to keep too. */
+typedef size_t (*imp_cut_fn)(void *state, const char *p, size_t from, size_t end, uint32_t *inner);
+
+/* Read src to its end in large chunks, cut into records by cut, calling
+ * on_record for each; strip_bom: drop a UTF-8 byte order mark at the
+ * start; noun names a record in messages; on_chunk may be NULL. Memory:
+ * one buffer that grows to the longest record, at most IMP_LINE_LIMIT + 1
+ * bytes (a longer one is counted, not kept). The one read loop of the
+ * line and CSV record readers. */
+sl_err_t imp_read_cut(imp_source_t *src, const sl_allocator_t *a, const char *noun, bool strip_bom,
+                      imp_cut_fn cut, void *cut_state, imp_record_fn on_record,
+                      imp_chunk_fn on_chunk, void *ctx, sl_error_t *err);
+
 /* Read src to its end in large chunks, calling on_line for every line (the
  * last one may lack its '\n'); on_chunk may be NULL. Memory: one buffer
  * that grows to the longest line, at most IMP_LINE_LIMIT + 1 bytes. */
@@ -129,13 +152,6 @@ sl_err_t imp_colmap_fill(sl_wh_row_buf_t *b, const sl_wh_colmap_resolved_t *r,
                          sl_wh_row_t *row, sl_error_t *err);
 
 /* ---- CSV records (import_csv_read.c) ---- */
-
-/* One CSV record without its '\n' (a trailing '\r' is left on); inner:
- * the newlines inside its quoted fields; ended: whether a '\n' ended it
- * (the file's last record may lack one). A record longer than
- * IMP_LINE_LIMIT comes with its full length but only part of its bytes. */
-typedef sl_err_t (*imp_record_fn)(void *ctx, const char *rec, size_t len, uint32_t inner,
-                                  bool ended);
 
 /* Read src to its end cutting records by RFC 4180 quoting (quoted fields
  * may hold delim and newlines); strip_bom: drop a UTF-8 byte order mark

@@ -183,15 +183,7 @@ static sl_err_t parse_object(sl_wh_row_buf_t *b, const json_t *root, sl_wh_row_t
 sl_err_t sl_wh_jsonl_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len, sl_wh_row_t *row,
                                 bool *has_sample_id, sl_error_t *err)
 {
-    for (uint32_t t = 0; t < b->T; t++)
-        b->labels[t] = 0.0f;
-    for (uint32_t d = 0; d < b->D; d++)
-        b->dense[d] = NAN;
-    for (uint32_t s = 0; s < b->S; s++) {
-        b->lists[s].len = 0;
-        b->lists[s].ids = b->ids[s];
-        b->lists[s].weights = NULL;
-    }
+    imp_row_reset(b);
     *row = (sl_wh_row_t){0};
     *has_sample_id = false;
     if (len > LINE_MAX_BYTES) return imp_bad(err, "line longer than %zu bytes", LINE_MAX_BYTES);

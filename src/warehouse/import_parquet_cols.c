@@ -50,6 +50,7 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
     c->dfeat = sl_calloc(a, SD + 1, sizeof *c->dfeat);
     c->kfeat = sl_calloc(a, SS + 1, sizeof *c->kfeat);
     c->kmap_rd = sl_calloc(a, SS + 1, 1);
+    c->dmap_rd = sl_calloc(a, SD + 1, 1);
     int32_t *dense_at = sl_calloc(a, SD + 1, sizeof *dense_at);
     int32_t *sparse_at = sl_calloc(a, SS + 1, sizeof *sparse_at);
     c->has_slot = sl_calloc(a, (size_t)c->T + SD + SS + 1, 1);
@@ -58,7 +59,7 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
         c->label_names == NULL || c->dense_names == NULL || c->key_names == NULL ||
         c->keys == NULL || dense_at == NULL || sparse_at == NULL || c->has_slot == NULL ||
         c->dmap == NULL || c->kmap == NULL || c->dfeat == NULL || c->kfeat == NULL ||
-        c->kmap_rd == NULL) {
+        c->kmap_rd == NULL || c->dmap_rd == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for a Parquet reader");
         goto done;
     }
@@ -159,11 +160,15 @@ void imp_pqc_destroy(imp_pqc_t *c)
     sl_free(a, c->dfeat, (SD + 1) * sizeof *c->dfeat);
     sl_free(a, c->kfeat, (SS + 1) * sizeof *c->kfeat);
     sl_free(a, c->kmap_rd, SS + 1);
+    sl_free(a, c->dmap_rd, SD + 1);
     sl_free(a, c->has_slot, (size_t)c->T + SD + SS + 1);
     sl_arena_destroy(c->out);
+    sl_arena_destroy(c->spare);
     imp_pq_free_readers(c->pool, c->pool_cap);
     sl_free(a, c->pool, (size_t)c->pool_cap * sizeof *c->pool);
-    imp_pqc_par_destroy(c->par);       /* its scratch after the readers that used it */
+    imp_pqc_par_destroy(c->par); /* its scratch after the readers that used it */
+    sl_free(a, c->unit, (2 * (size_t)c->p->num_cols + 2) * sizeof *c->unit);
+    sl_free(a, c->slot_grp, c->num_slots + 1);
     sl_pq_scratch_destroy(c->scratch); /* after the readers that used it */
     sl_free(a, c, sizeof *c);
 }
@@ -174,7 +179,12 @@ sl_err_t imp_pqc_set_threads(imp_pqc_t *c, uint32_t threads, sl_error_t *err)
         if (c->pool[i] != NULL) sl_pq_reader_set_scratch(c->pool[i], c->scratch);
     imp_pqc_par_destroy(c->par); /* no reader decodes between reads */
     c->par = NULL;
-    return imp_pqc_par_new(c->a, threads, 2 * c->p->num_cols + 2, &c->par, err);
+    uint32_t cap = 2 * c->p->num_cols + 2;
+    if (c->unit == NULL) c->unit = sl_calloc(c->a, cap, sizeof *c->unit);
+    if (c->slot_grp == NULL) c->slot_grp = sl_calloc(c->a, c->num_slots + 1, 1);
+    if (c->unit == NULL || c->slot_grp == NULL)
+        return sl_error_set(err, SL_ERR_NOMEM, "no memory for Parquet decode threads");
+    return imp_pqc_par_new(c->a, threads, cap, &c->par, err);
 }
 
 void imp_pqc_set_maps(imp_pqc_t *c, const sl_wh_value_map_t *maps)
@@ -183,49 +193,6 @@ void imp_pqc_set_maps(imp_pqc_t *c, const sl_wh_value_map_t *maps)
         c->dmap[d] = maps != NULL && maps[c->dfeat[d]].dense != NULL ? &maps[c->dfeat[d]] : NULL;
     for (uint32_t k = 0; k < c->S; k++)
         c->kmap[k] = maps != NULL && maps[c->kfeat[k]].ids != NULL ? &maps[c->kfeat[k]] : NULL;
-}
-
-/* A key's map as the column reader's (sl_pq_i64_map_fn): the raw ids are
- * checked here, once per dictionary entry: a negative one is left as it
- * is, so that conv_ids refuses its rows naming the id as it would without
- * the map (sl_wh_value_map_t.ids_nonneg: a mapped id is never refused). */
-static void map_ids_checked(const void *ctx, int64_t *v, uint64_t n)
-{
-    const sl_wh_value_map_t *m = ctx;
-    uint64_t i = 0;
-    while (i < n) {
-        while (i < n && v[i] < 0)
-            i++;
-        uint64_t j = i;
-        while (j < n && v[j] >= 0)
-            j++;
-        if (j > i) m->ids(m->ctx, v + i, j - i);
-        i = j;
-    }
-}
-
-/* Hand each mapped key whose ids come straight from an INT64 column that
- * no other slot reads to its column reader (renewed for the row group, so
- * with no map yet); the others are mapped by conv_ids. */
-static void set_reader_maps(imp_pqc_t *c, const group_read_t *g)
-{
-    const imp_pq_t *p = c->p;
-    const sl_wh_colmap_resolved_t *m = p->map;
-    memset(c->kmap_rd, 0, c->S);
-    for (uint32_t s = 0; s < m->num_slots; s++) {
-        const sl_wh_colmap_slot_t *sl = &m->slots[s];
-        if (!c->slot_read[s] ||
-            (sl->target != SL_WH_MAP_SPARSE && sl->target != SL_WH_MAP_WEIGHTED))
-            continue;
-        int32_t o = c->slot_out[s];
-        if (o < 0 || c->kmap[o] == NULL || !c->kmap[o]->ids_nonneg || sl->hash ||
-            m->column_uses[sl->column] != 1)
-            continue;
-        int32_t li = g->leaf_of[sl->column * 2];
-        if (li < 0 || g->col[li]->kind != SL_PQ_KIND_I64) continue;
-        sl_pq_reader_set_map(g->rd[li], map_ids_checked, c->kmap[o]);
-        c->kmap_rd[o] = 1;
-    }
 }
 
 uint32_t imp_pqc_count(const imp_pqc_t *c)
@@ -280,19 +247,6 @@ bool imp_pqc_reserve_ids(imp_pqc_t *c, outkey_t *k, uint64_t more)
 
 /* ---- converting a run of rows ---- */
 
-/* Where a run of a batch goes: rows [r0, r1) of the batches become rows
- * n0.. of the builder; row r0 is file row line0 (from 1). */
-typedef struct run {
-    uint32_t r0, r1, n0;
-    uint64_t line0;
-    int64_t id_base;
-    uint32_t bad; /* the first row (batch index) refused so far, UINT32_MAX: none */
-    sl_error_t *why;
-    /* where rows from n0 go: the vectors, or the stripe's arrays */
-    int64_t *sid, *ses, *ts;
-    float *labels, *dense;
-} run_t;
-
 /* Row r refused by a slot: kept when it is the first row refused, or the
  * same row refused by an earlier slot (slots run in mapping order, so the
  * message is the one the row path gives). */
@@ -304,6 +258,50 @@ static void refuse(run_t *u, uint32_t r, const sl_error_t *e)
     }
 }
 
+/* The valid slots among valid[0, n) (16 bytes at a time with SSE2): in a
+ * dense batch, where the value of slot n is. At most a batch's rows. */
+static uint32_t count_valid(const uint8_t *valid, uint32_t n)
+{
+    uint32_t i = 0, k = 0;
+#if defined(__x86_64__) && defined(__SSE2__)
+    __m128i acc = _mm_setzero_si128();
+    for (; i + 16 <= n; i += 16) /* bytes of 0 or 1: sums of 8 fit */
+        acc = _mm_add_epi64(
+            acc, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(valid + i)), _mm_setzero_si128()));
+    k = (uint32_t)_mm_cvtsi128_si32(acc) + (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(acc, 8));
+#endif
+    for (; i < n; i++)
+        k += valid[i];
+    return k;
+}
+
+/* len[i] = valid[i] for i < n: a scalar column's lengths (16 at a time
+ * with SSE2: the plain loop, inlined into conv_ids, is not vectorised). */
+static void lengths_of_valid(int32_t *len, const uint8_t *valid, uint32_t n)
+{
+    uint32_t i = 0;
+#if defined(__x86_64__) && defined(__SSE2__)
+    const __m128i z = _mm_setzero_si128();
+    for (; i + 16 <= n; i += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(valid + i));
+        __m128i lo = _mm_unpacklo_epi8(b, z), hi = _mm_unpackhi_epi8(b, z);
+        _mm_storeu_si128((__m128i *)(len + i), _mm_unpacklo_epi16(lo, z));
+        _mm_storeu_si128((__m128i *)(len + i + 4), _mm_unpackhi_epi16(lo, z));
+        _mm_storeu_si128((__m128i *)(len + i + 8), _mm_unpacklo_epi16(hi, z));
+        _mm_storeu_si128((__m128i *)(len + i + 12), _mm_unpackhi_epi16(hi, z));
+    }
+#endif
+    for (; i < n; i++)
+        len[i] = valid[i];
+}
+
+/* Where the values of rows r0.. of v are: slot r0, or in a dense batch
+ * the number of valid slots before it. */
+static uint32_t first_value(const sl_pq_batch_t *v, uint32_t r0)
+{
+    return v->dense ? count_valid(v->valid, r0) : r0;
+}
+
 static void conv_id(imp_pqc_t *c, const sl_wh_colmap_slot_t *sl, const sl_pq_batch_t *v,
                     const run_t *u)
 {
@@ -312,8 +310,19 @@ static void conv_id(imp_pqc_t *c, const sl_wh_colmap_slot_t *sl, const sl_pq_bat
                     : sl->target == SL_WH_MAP_SESSION_ID ? u->ses
                                                          : u->ts) +
                    u->n0;
-    const int64_t *src = v->i64;
     const uint8_t *valid = v->valid;
+    if (v->dense) { /* the j-th valid row's value is src[j] */
+        const int64_t *src = v->i64 + first_value(v, u->r0);
+        int64_t base = u->id_base + (int64_t)u->line0 - (int64_t)u->r0;
+        bool numbered = sl->target == SL_WH_MAP_SAMPLE_ID;
+        uint32_t j = 0;
+        for (uint32_t r = u->r0; r < u->r1; r++) {
+            dst[r - u->r0] = valid[r] ? src[j] : numbered ? base + (int64_t)r : 0;
+            j += valid[r];
+        }
+        return;
+    }
+    const int64_t *src = v->i64;
     if (sl->target == SL_WH_MAP_SAMPLE_ID) {
         int64_t base = u->id_base + (int64_t)u->line0 - (int64_t)u->r0;
         for (uint32_t r = u->r0; r < u->r1; r++)
@@ -331,6 +340,38 @@ static void conv_num(float *dst, uint32_t stride, const sl_pq_batch_t *v, const 
 {
     const uint8_t *valid = v->valid;
     uint32_t r0 = u->r0, r1 = u->r1;
+    if (v->dense) {
+        /* the j-th valid row's value is the j-th from the run's first (the
+         * arrays in locals: a float store could alias the batch's fields) */
+        uint32_t j = first_value(v, r0);
+        switch (v->kind) {
+        case SL_PQ_KIND_I64: {
+            const int64_t *x = v->i64;
+            for (uint32_t r = r0; r < r1; r++, dst += stride) {
+                *dst = valid[r] ? (float)(double)x[j] : missing;
+                j += valid[r];
+            }
+            break;
+        }
+        case SL_PQ_KIND_F32: {
+            const float *x = v->f32;
+            for (uint32_t r = r0; r < r1; r++, dst += stride) {
+                *dst = valid[r] ? x[j] : missing;
+                j += valid[r];
+            }
+            break;
+        }
+        default: {
+            const double *x = v->f64;
+            for (uint32_t r = r0; r < r1; r++, dst += stride) {
+                *dst = valid[r] ? (float)x[j] : missing;
+                j += valid[r];
+            }
+            break;
+        }
+        }
+        return;
+    }
     switch (v->kind) {
     case SL_PQ_KIND_I64:
         for (uint32_t r = r0; r < r1; r++, dst += stride)
@@ -405,6 +446,46 @@ static void lengths(int32_t *len, const uint32_t *off, uint32_t n)
         len[r] = (int32_t)(off[r + 1] - off[r]);
 }
 
+/* A sparse slot of a dense batch (a scalar column): the run's valid
+ * values are its ids, in order, a length of 1 for a valid row and 0 for a
+ * null one; no spreading over the slots and no compacting back. Room for
+ * the run's rows is reserved at ids and len. */
+static void ids_dense(const sl_wh_colmap_slot_t *sl, const char *col, const sl_pq_batch_t *v,
+                      outkey_t *k, const sl_wh_value_map_t *map, run_t *u, int32_t *len,
+                      int64_t *ids)
+{
+    const uint8_t *valid = v->valid + u->r0;
+    uint32_t rows = u->r1 - u->r0, j0 = first_value(v, u->r0);
+    if (u->bad == UINT32_MAX && v->kind == SL_PQ_KIND_I64) {
+        uint32_t n = count_valid(valid, rows);
+        if (!copy_ids(ids, v->i64 + j0, n)) {
+            lengths_of_valid(len, valid, rows);
+            k->pending = n;
+            if (map != NULL) map->ids(map->ctx, ids, n);
+            return;
+        }
+    }
+    /* row by row: the first id refused is named, as imp_pq_id_at names it
+     * for the row path; rows past a refused one are dropped */
+    uint32_t stop = (u->bad < u->r1 ? u->bad + 1 : u->r1) - u->r0;
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < stop; i++) {
+        if (!valid[i]) {
+            len[i] = 0;
+            continue;
+        }
+        sl_error_t e = {0};
+        if (imp_pq_id_at(sl, col, v, j0 + (uint32_t)n, &ids[n], &e) != SL_OK) {
+            refuse(u, u->r0 + i, &e);
+            break;
+        }
+        len[i] = 1;
+        n++;
+    }
+    k->pending = n;
+    if (map != NULL) map->ids(map->ctx, ids, n); /* checked ids: none negative */
+}
+
 /* A sparse or weighted slot: per row its length and its ids (a null
  * element adds none), weights from the struct's or the parallel list. */
 static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap_slot_t *sl,
@@ -443,8 +524,31 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
     int32_t *len = (c->direct ? k->at_len : k->len) + u->n0;
     int64_t *ids = (c->direct ? k->at_ids : k->ids) + k->nids;
     float *wts = k->weighted ? k->w + k->nids : NULL;
+    if (v->dense && w == NULL) {
+        ids_dense(sl, pc->name, v, k, map, u, len, ids);
+        return SL_OK;
+    }
     uint64_t n = 0;
     bool ints = v->kind == SL_PQ_KIND_I64;
+    if (ints && w == NULL && !is_list && u->bad == UINT32_MAX) {
+        /* a scalar column spread over its slots (a null one holds 0): the
+         * valid values compacted, a length of 1 for each, 0 for a null */
+        int64_t neg = 0;
+        for (uint32_t r = u->r0; r < u->r1; r++) {
+            int64_t x = v->i64[r];
+            uint8_t ok = v->valid[r];
+            ids[n] = x;
+            neg |= x;
+            n += ok;
+            len[r - u->r0] = ok;
+        }
+        if (neg >= 0) {
+            k->pending = n;
+            if (map != NULL) map->ids(map->ctx, ids, n);
+            return SL_OK;
+        }
+        n = 0; /* a negative id: the row by row loop below finds and names it */
+    }
     if (ints && w == NULL && is_list && u->bad == UINT32_MAX &&
         memchr(v->valid + lo_s, 0, hi_s - lo_s) == NULL) {
         /* The common case, a list<int> without null elements: the run's
@@ -534,13 +638,9 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
     return SL_OK;
 }
 
-/* Convert rows [u->r0, u->r1) of g's batches into c at row u->n0 (room
- * reserved). Rows up to u->bad (if one is refused) hold partial values:
- * the caller rolls the builder back. @return SL_ERR_NOMEM only. */
-static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_t *err)
+void imp_pqc_run_begin(imp_pqc_t *c, run_t *u)
 {
-    const imp_pq_t *p = c->p;
-    const sl_wh_colmap_resolved_t *m = p->map;
+    const sl_wh_colmap_resolved_t *m = c->p->map;
     uint32_t rows = u->r1 - u->r0;
     if (c->direct) {
         u->sid = c->st.sample_ids;
@@ -574,11 +674,21 @@ static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_
                 memset((c->direct ? c->keys[k].at_len : c->keys[k].len) + u->n0, 0,
                        (size_t)rows * 4);
     }
+}
+
+sl_err_t imp_pqc_convert_slots(imp_pqc_t *c, const group_read_t *g, run_t *u, uint32_t grp,
+                               sl_error_t *err)
+{
+    const imp_pq_t *p = c->p;
+    const sl_wh_colmap_resolved_t *m = p->map;
+    uint32_t rows = u->r1 - u->r0;
+    imp_pqc_conv_nums(c, g, u, grp); /* FLOAT labels and dense values, a row at a time */
     for (uint32_t s = 0; s < m->num_slots; s++) {
-        if (!c->slot_read[s]) continue;
+        if (!c->slot_read[s] || (grp != UINT32_MAX && c->slot_grp[s] != grp)) continue;
         const sl_wh_colmap_slot_t *sl = &m->slots[s];
         const sl_pq_batch_t *v = g->bat[g->leaf_of[sl->column * 2]];
         int32_t o = c->slot_out[s];
+        if (imp_pqc_num_rowwise(sl, v)) continue;
         switch (sl->target) {
         case SL_WH_MAP_SAMPLE_ID:
         case SL_WH_MAP_SESSION_ID:
@@ -589,9 +699,11 @@ static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_
             conv_num(u->labels + (size_t)u->n0 * c->T + (uint32_t)o, c->T, v, u, 0.0f);
             break;
         case SL_WH_MAP_DENSE:
-            conv_num(u->dense + (size_t)u->n0 * c->D + (uint32_t)o, c->D, v, u, NAN);
-            /* value by value, NaN (missing) included, as the batch transform */
-            if (c->dmap[o] != NULL)
+            conv_num(u->dense + (size_t)u->n0 * c->D + (uint32_t)o, c->D, v, u,
+                     imp_pqc_dense_miss(c, (uint32_t)o));
+            /* a map the column reader did not apply: value by value, NaN
+             * (missing) included, as the batch transform */
+            if (c->dmap[o] != NULL && !c->dmap_rd[o])
                 c->dmap[o]->dense(c->dmap[o]->ctx, u->dense + (size_t)u->n0 * c->D, rows, c->D,
                                   (uint32_t)o);
             break;
@@ -607,11 +719,32 @@ static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_
     return SL_OK;
 }
 
-/* Convert rows [r0, r1) of g's batches (row r0 is file row line0 from 1)
- * into c, handing each row the mapping refuses to rd->on_bad: a run with
- * one is converted again without it (rows before it, then after). */
-static sl_err_t convert_run(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r1,
-                            uint64_t line0, imp_pqc_read_t *rd, sl_error_t *err)
+/* Convert rows [u->r0, u->r1) of g's batches into c at row u->n0 (room
+ * reserved), every slot on this thread. Rows up to u->bad (if one is
+ * refused) hold partial values: the caller rolls the builder back.
+ * @return SL_ERR_NOMEM only. */
+static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_t *err)
+{
+    imp_pqc_run_begin(c, u);
+    return imp_pqc_convert_slots(c, g, u, UINT32_MAX, err);
+}
+
+void imp_pqc_commit(imp_pqc_t *c, uint32_t kept)
+{
+    for (uint32_t k = 0; k < c->S; k++) {
+        outkey_t *kk = &c->keys[k];
+        if (kept) {
+            kk->nids += kk->pending;
+            uint64_t q8 = (kk->pending * 256 + kept - 1) / kept;
+            kk->est_q8 = q8 ? q8 : 1;
+        }
+        kk->pending = 0;
+    }
+    c->n += kept;
+}
+
+sl_err_t imp_pqc_convert_run(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r1,
+                             uint64_t line0, imp_pqc_read_t *rd, sl_error_t *err)
 {
     while (r0 < r1) {
         if (!c->direct && !imp_pqc_reserve_rows(c, r1 - r0))
@@ -646,12 +779,7 @@ static sl_err_t convert_run(imp_pqc_t *c, const group_read_t *g, uint32_t r0, ui
                 c->keys[k].pending = 0;
             return rc;
         }
-        uint32_t kept = (bad == UINT32_MAX ? r1 : bad) - r0;
-        for (uint32_t k = 0; k < c->S; k++) { /* commit */
-            c->keys[k].nids += kept ? c->keys[k].pending : 0;
-            c->keys[k].pending = 0;
-        }
-        c->n += kept;
+        imp_pqc_commit(c, (bad == UINT32_MAX ? r1 : bad) - r0);
         if (bad == UINT32_MAX) return SL_OK;
         rc = rd->on_bad(rd->ctx, line0 + (bad - r0), &why, err);
         if (rc != SL_OK) return rc;
@@ -659,74 +787,4 @@ static sl_err_t convert_run(imp_pqc_t *c, const group_read_t *g, uint32_t r0, ui
         r0 = bad + 1;
     }
     return SL_OK;
-}
-
-sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_error_t *err)
-{
-    const sl_allocator_t *a = p->a;
-    const char *input = rd->input;
-    sl_pq_source_t src;
-    sl_pq_file_t *f = NULL;
-    rd->reached = rd->first_row;
-    sl_err_t rc = imp_pq_source_open(p, input, rd->if_etag, &src, err);
-    if (rc == SL_OK) rc = sl_pq_file_open(&src, input, a, &f, err);
-    if (rc != SL_OK) {
-        wh_pq_source_close(&src);
-        return rc;
-    }
-    const sl_pq_meta_t *m = sl_pq_file_meta(f);
-    uint32_t begin = rd->begin, end = rd->end < m->num_row_groups ? rd->end : m->num_row_groups;
-    uint32_t cap = 2 * p->num_cols + 2;
-    group_read_t g = {.keep = true};
-    if (c->pool == NULL && (c->pool = sl_calloc(a, cap, sizeof *c->pool)) != NULL)
-        c->pool_cap = cap;
-    g.leaf_of = sl_calloc(a, cap, sizeof *g.leaf_of);
-    g.rd = c->pool;
-    g.bat = sl_calloc(a, cap, sizeof *g.bat);
-    g.col = sl_calloc(a, cap, sizeof *g.col);
-    if (g.leaf_of == NULL || g.rd == NULL || g.bat == NULL || g.col == NULL)
-        rc = sl_error_set(err, SL_ERR_NOMEM, "no memory");
-    uint64_t row = rd->first_row; /* the file row (0-based) of the next batch's first row */
-    /* row groups that end at or before file row lo are not read */
-    while (begin < end && row + (uint64_t)m->row_groups[begin].num_rows <= rd->lo)
-        row += (uint64_t)m->row_groups[begin++].num_rows;
-    uint32_t flush = rd->flush_rows ? rd->flush_rows : 1;
-    bool past = false;
-    for (uint32_t gi = begin; rc == SL_OK && !past && gi < end; gi++) {
-        rc = imp_pq_open_group(p, c->slot_read, f, gi, &g, err);
-        for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) /* a new reader, or a renewed one */
-            sl_pq_reader_set_scratch(g.rd[i], c->scratch);
-        if (rc == SL_OK && c->par != NULL) imp_pqc_par_assign(c->par, f, gi, &g, c->scratch);
-        if (rc == SL_OK) set_reader_maps(c, &g);
-        if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
-        while (rc == SL_OK && !past) {
-            uint32_t rows = 0;
-            rc = c->par != NULL ? imp_pqc_par_next(c->par, &g, input, gi, &rows, err)
-                                : imp_pq_group_next(&g, input, gi, &rows, err);
-            if (rc != SL_OK || rows == 0) break;
-            /* the batch's rows in [lo, hi) */
-            uint32_t r = rd->lo > row ? (uint32_t)(rd->lo - row < rows ? rd->lo - row : rows) : 0;
-            uint32_t r_end =
-                rd->hi < row + rows ? (rd->hi > row ? (uint32_t)(rd->hi - row) : 0) : rows;
-            while (rc == SL_OK && r < r_end) {
-                uint32_t room = c->n < flush ? flush - c->n : 1;
-                uint32_t take = r_end - r < room ? r_end - r : room;
-                /* a whole stripe in one run: converted straight into it */
-                if (c->n == 0 && take == flush) imp_pqc_direct(c, &g, r, r + take);
-                rc = convert_run(c, &g, r, r + take, row + r + 1, rd, err);
-                r += take;
-                if (rc == SL_OK && c->n >= flush) rc = rd->on_full(rd->ctx, row + r, err);
-            }
-            row += rows;
-            rd->reached = row;
-            past = row >= rd->hi;
-        }
-        imp_pq_close_group(&g);
-    }
-    sl_free(a, g.leaf_of, cap * sizeof *g.leaf_of);
-    sl_free(a, g.bat, cap * sizeof *g.bat);
-    sl_free(a, g.col, cap * sizeof *g.col);
-    sl_pq_file_destroy(f); /* the pool's readers keep no use of it */
-    wh_pq_source_close(&src);
-    return rc;
 }

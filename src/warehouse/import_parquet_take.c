@@ -20,6 +20,14 @@ void imp_pqc_disown(imp_pqc_t *c)
     c->out = NULL;
 }
 
+void imp_pqc_give_back(imp_pqc_t *c, sl_arena_t *arena)
+{
+    if (arena == NULL) return;
+    sl_arena_destroy(c->spare);
+    c->spare = arena;
+    c->spare_chunk = c->out_chunk;
+}
+
 /* Rows by session, stably: a bottom-up merge sort of the row numbers o[n]
  * by ses[] with the scratch tmp[n]. @return where the order is, o or tmp. */
 static uint32_t *sort_by_session(const int64_t *ses, uint32_t *o, uint32_t *tmp, uint32_t n)
@@ -49,6 +57,10 @@ static uint32_t *sort_by_session(const int64_t *ses, uint32_t *o, uint32_t *tmp,
 /* The stripe's arena, emptied. @return false when out of memory. */
 static bool stripe_arena(imp_pqc_t *c)
 {
+    if (c->out == NULL && c->spare != NULL && c->spare_chunk >= c->out_chunk) {
+        c->out = c->spare; /* given back: its chunk's pages already touched */
+        c->spare = NULL;
+    }
     if (c->out == NULL || c->out_want > c->out_chunk) {
         /* a chunk that holds a whole stripe, kept by reset (a fresh large
          * chunk each stripe costs a page fault every 4 KiB); after a
@@ -84,14 +96,20 @@ static bool stripe_arrays(imp_pqc_t *c, uint32_t n, uint64_t total, sl_batch_t *
     *ses = sl_arena_alloc(ar, (size_t)n * 8 + 8);
     *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8);
     if (b->sample_ids == NULL || *ses == NULL || *ts == NULL) return false;
-    if (sl_dense_init(&b->dense, ar, n, c->D, c->dense_names) != SL_OK ||
-        sl_dense_init(&b->labels, ar, n, c->T, c->label_names) != SL_OK)
+    /* every value and length is written by the run that fills the
+     * stripe: each slot's kernel writes one for each row (a null as
+     * missing: 0, NaN, a length of 0), and imp_pqc_run_begin those of
+     * outputs no slot fills */
+    if (sl_dense_init_unset(&b->dense, ar, n, c->D, c->dense_names) != SL_OK ||
+        sl_dense_init_unset(&b->labels, ar, n, c->T, c->label_names) != SL_OK)
         return false;
-    return c->S == 0 ||
-           sl_kjt_init(&b->sparse, ar, c->S, c->key_names, n, total, c->any_weighted) == SL_OK;
+    return c->S == 0 || sl_kjt_init_unset(&b->sparse, ar, c->S, c->key_names, n, total,
+                                          c->any_weighted) == SL_OK;
 }
 
-bool imp_pqc_direct(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r1)
+/* imp_pqc_direct for rows [r0, r1), a list key's room from its batch's
+ * offsets, or (est) from its estimate. */
+static bool direct_rooms(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r1, bool est)
 {
     const sl_wh_colmap_resolved_t *m = c->p->map;
     if (c->n != 0 || c->any_weighted) return false;
@@ -101,17 +119,28 @@ bool imp_pqc_direct(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r
     uint64_t total = 0;
     for (uint32_t k = 0; k < c->S; k++)
         c->keys[k].at_room = 0;
+    c->at_est = false;
     for (uint32_t s = 0; s < m->num_slots; s++) {
         const sl_wh_colmap_slot_t *sl = &m->slots[s];
         if (!c->slot_read[s] || sl->target != SL_WH_MAP_SPARSE || c->slot_out[s] < 0) continue;
         int32_t li = g->leaf_of[sl->column * 2];
-        const sl_pq_batch_t *v = g->bat[li];
-        uint64_t room = g->col[li]->is_list ? (uint64_t)v->list_off[r1] - v->list_off[r0] : r1 - r0;
-        c->keys[c->slot_out[s]].at_room += room;
+        outkey_t *kk = &c->keys[c->slot_out[s]];
+        uint64_t room = r1 - r0;
+        if (g->col[li]->is_list && est) {
+            /* a run past it is converted again, exactly (imp_pqc_conv_t) */
+            if (kk->est_q8 == 0) return false;
+            c->at_est = true;
+            room = (((uint64_t)(r1 - r0) * kk->est_q8 * 9 / 8) >> 8) + 16;
+        } else if (g->col[li]->is_list) {
+            const sl_pq_batch_t *v = g->bat[li];
+            room = (uint64_t)v->list_off[r1] - v->list_off[r0];
+        }
+        kk->at_room += room;
         total += room;
     }
     if (!stripe_arena(c) || !stripe_arrays(c, r1 - r0, total, &c->st, &c->st_ses, &c->st_ts))
         return false;
+    c->at_cap = total;
     uint64_t at = 0;
     for (uint32_t k = 0; k < c->S; k++) {
         outkey_t *kk = &c->keys[k];
@@ -123,11 +152,24 @@ bool imp_pqc_direct(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r
     return true;
 }
 
+bool imp_pqc_direct(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r1)
+{
+    return direct_rooms(c, g, r0, r1, false);
+}
+
+bool imp_pqc_direct_est(imp_pqc_t *c, const group_read_t *g, uint32_t rows)
+{
+    return direct_rooms(c, g, 0, rows, true);
+}
+
 bool imp_pqc_spill(imp_pqc_t *c)
 {
     if (!c->direct) return true;
     uint32_t n = c->n;
     c->direct = false;
+    /* nothing kept yet (the stripe's first run refused a row): nothing to
+     * copy, and the vectors may not be there (memcpy from NULL) */
+    if (n == 0) return true;
     if (!imp_pqc_reserve_rows(c, n)) return false;
     memcpy(c->sid, c->st.sample_ids, (size_t)n * 8);
     memcpy(c->ses, c->st_ses, (size_t)n * 8);

@@ -1,5 +1,6 @@
 /* Import input: a file (or standard input) read as plain text, or
- * decompressed on the fly when it is gzip or zstd, and cut into lines.
+ * decompressed on the fly when it is gzip or zstd, and cut into lines or
+ * records (the one read loop; CSV's record cutter is import_csv_read.c).
  *
  * Why magic bytes, not the name: Criteo ships day_N.gz, users rename files,
  * and standard input has no name; the first bytes say what a file is.
@@ -362,11 +363,13 @@ void imp_source_close(imp_source_t *s)
     sl_free(s->a, s, sizeof *s);
 }
 
-sl_err_t imp_read_lines(imp_source_t *src, const sl_allocator_t *a, imp_line_fn on_line,
-                        imp_chunk_fn on_chunk, void *ctx, sl_error_t *err)
+sl_err_t imp_read_cut(imp_source_t *src, const sl_allocator_t *a, const char *noun, bool strip_bom,
+                      imp_cut_fn cut, void *cut_state, imp_record_fn on_record,
+                      imp_chunk_fn on_chunk, void *ctx, sl_error_t *err)
 {
-    size_t cap = CHUNK_BYTES, have = 0, skipped_len = 0;
-    bool skipping = false; /* inside an over-long line */
+    size_t cap = CHUNK_BYTES, have = 0, scanned = 0, skipped_len = 0;
+    bool skipping = false, first = strip_bom; /* skipping: inside an over-long record */
+    uint32_t inner = 0;                       /* of the record being cut */
     char *buf = sl_alloc(a, cap);
     if (buf == NULL)
         return sl_error_set(err, SL_ERR_NOMEM, "%s: no memory for a read buffer", src->name);
@@ -378,16 +381,16 @@ sl_err_t imp_read_lines(imp_source_t *src, const sl_allocator_t *a, imp_line_fn 
             if (cap < IMP_LINE_LIMIT + 1) {
                 char *nb = sl_realloc(a, buf, cap, cap * 2);
                 if (nb == NULL) {
-                    rc = sl_error_set(err, SL_ERR_NOMEM, "%s: no memory for a line", src->name);
+                    rc = sl_error_set(err, SL_ERR_NOMEM, "%s: no memory for a %s", src->name, noun);
                     break;
                 }
                 buf = nb;
                 cap *= 2;
             } else {
-                /* Keep counting the line's length, not its bytes. */
+                /* Keep the cutter's state and the length, not the bytes. */
                 skipping = true;
                 skipped_len += have;
-                have = 0;
+                have = scanned = 0;
             }
         }
         size_t n;
@@ -396,30 +399,76 @@ sl_err_t imp_read_lines(imp_source_t *src, const sl_allocator_t *a, imp_line_fn 
         if (on_chunk != NULL && !on_chunk(ctx, now - seen)) break;
         seen = now;
         if (n == 0) {
-            if (skipping)
-                rc = on_line(ctx, buf, skipped_len + have);
-            else if (have > 0)
-                rc = on_line(ctx, buf, have);
+            if (skipping || have > 0) rc = on_record(ctx, buf, skipped_len + have, inner, false);
             break;
         }
         size_t end = have + n, start = 0;
-        const char *nl;
-        while (start < end && (nl = memchr(buf + start, '\n', end - start)) != NULL) {
-            size_t len = (size_t)(nl - (buf + start));
-            if (skipping) {
-                len += skipped_len;
-                skipping = false;
-                skipped_len = 0;
+        if (first) {
+            if (end < 3) {
+                have = end; /* too short to tell: read more */
+                continue;
             }
-            rc = on_line(ctx, buf + start, len);
+            if (memcmp(buf, "\xef\xbb\xbf", 3) == 0) start = scanned = 3;
+            first = false;
+        }
+        for (;;) {
+            size_t nl = cut(cut_state, buf, scanned, end, &inner);
+            if (nl == end) {
+                scanned = end;
+                break;
+            }
+            size_t len = nl - start + skipped_len;
+            skipping = false;
+            skipped_len = 0;
+            rc = on_record(ctx, buf + start, len, inner, true);
+            inner = 0;
             if (rc != SL_OK) break;
-            start = (size_t)(nl - buf) + 1;
+            start = scanned = nl + 1;
         }
         if (rc != SL_OK) break;
         memmove(buf, buf + start, end - start);
         have = end - start;
+        scanned -= start;
     }
 done:
     sl_free(a, buf, cap);
     return rc == SL_ERR_CLOSED ? SL_OK : rc;
+}
+
+/* A line ends at every '\n'. */
+static size_t cut_line(void *state, const char *p, size_t from, size_t end, uint32_t *inner)
+{
+    (void)state;
+    (void)inner;
+    const char *nl = memchr(p + from, '\n', end - from);
+    return nl != NULL ? (size_t)(nl - p) : end;
+}
+
+/* imp_read_lines's callbacks and their context, behind imp_read_cut's. */
+typedef struct lines {
+    imp_line_fn on_line;
+    imp_chunk_fn on_chunk;
+    void *ctx;
+} lines_t;
+
+static sl_err_t line_record(void *ctx, const char *rec, size_t len, uint32_t inner, bool ended)
+{
+    (void)inner;
+    (void)ended;
+    const lines_t *l = ctx;
+    return l->on_line(l->ctx, rec, len);
+}
+
+static bool line_chunk(void *ctx, uint64_t new_bytes)
+{
+    const lines_t *l = ctx;
+    return l->on_chunk(l->ctx, new_bytes);
+}
+
+sl_err_t imp_read_lines(imp_source_t *src, const sl_allocator_t *a, imp_line_fn on_line,
+                        imp_chunk_fn on_chunk, void *ctx, sl_error_t *err)
+{
+    lines_t l = {on_line, on_chunk, ctx};
+    return imp_read_cut(src, a, "line", false, cut_line, NULL, line_record,
+                        on_chunk != NULL ? line_chunk : NULL, &l, err);
 }

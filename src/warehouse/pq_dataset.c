@@ -185,9 +185,11 @@ static sl_err_t on_object(void *ctx, const char *key, const sl_store_info_t *inf
 /* The objects of a dataset at an s3:// URL: one object ending in
  * .parquet, or every .parquet object under the prefix (one paged
  * listing, in key order), Hive folders as for a directory. */
-static sl_err_t list_store(sl_wh_pqds_t *ds, const char *url, sl_error_t *err)
+static sl_err_t list_store(sl_wh_pqds_t *ds, const char *url, const sl_store_opts_t *store,
+                           sl_error_t *err)
 {
-    sl_store_opts_t so = {.alloc = ds->a};
+    sl_store_opts_t so = store ? *store : (sl_store_opts_t){0};
+    so.alloc = ds->a;
     char *key = NULL;
     sl_err_t rc = sl_store_open_url(url, &so, &ds->store, &key, err);
     if (rc != SL_OK) return rc;
@@ -251,6 +253,14 @@ sl_err_t sl_wh_pqds_open(const char *path, const sl_wh_colmap_t *mapping, const 
                          const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
                          sl_wh_pqds_t **out, sl_error_t *err)
 {
+    return sl_wh_pqds_open_with(path, NULL, mapping, partitions, a, problem, ctx, out, err);
+}
+
+sl_err_t sl_wh_pqds_open_with(const char *path, const struct sl_store_opts *store,
+                              const sl_wh_colmap_t *mapping, const char *partitions,
+                              const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                              sl_wh_pqds_t **out, sl_error_t *err)
+{
     *out = NULL;
     if (a == NULL) a = sl_allocator_default();
     sl_wh_pqds_t *ds = sl_calloc(a, 1, sizeof *ds);
@@ -262,7 +272,7 @@ sl_err_t sl_wh_pqds_open(const char *path, const sl_wh_colmap_t *mapping, const 
     sl_err_t rc = SL_OK;
     struct stat st;
     if (sl_store_is_remote(path)) {
-        rc = list_store(ds, path, err);
+        rc = list_store(ds, path, store, err);
     } else if (stat(path, &st) != 0) {
         rc = sl_error_set(err, errno == ENOENT ? SL_ERR_NOT_FOUND : SL_ERR_IO,
                           "Parquet dataset %s: %s", path, strerror(errno));
@@ -701,20 +711,43 @@ typedef struct stripe_ctx {
     uint64_t first;     /* split row of the stripe being built */
     sl_wh_pqds_stripe_fn fn;
     void *ctx;
+    /* a stripe taken (stripe_take) and not yet handed on (stripe_hand):
+     * its rows, their arena (disowned by the builder) and its end */
+    sl_wh_rows_t held;
+    sl_arena_t *held_arena;
+    uint64_t held_end;
 } stripe_ctx_t;
 
-static sl_err_t stripe_full(void *ctx, uint64_t next, sl_error_t *err)
+/* on_take: the rows taken, their arena let go of by the builder. */
+static sl_err_t stripe_take(void *ctx, uint64_t next, sl_error_t *err)
 {
     stripe_ctx_t *c = ctx;
-    sl_wh_rows_t rows;
-    sl_err_t rc = imp_pqc_take(c->r->cols, true, &rows, err);
+    sl_err_t rc = imp_pqc_take(c->r->cols, true, &c->held, err);
     if (rc != SL_OK) return rc;
-    uint64_t end = next - c->first_row;
-    sl_arena_t *owned = imp_pqc_arena(c->r->cols);
-    rc = c->fn(c->ctx, &rows, c->first, end, &owned, err);
-    if (owned == NULL) imp_pqc_disown(c->r->cols); /* the stripe is fn's now */
-    c->first = end;
+    c->held_arena = imp_pqc_arena(c->r->cols);
+    imp_pqc_disown(c->r->cols);
+    c->held_end = next - c->first_row;
+    return SL_OK;
+}
+
+/* on_hand, beside the helpers' next job: touches only the taken stripe
+ * and the builder's spare (an arena fn does not take over goes there). */
+static sl_err_t stripe_hand(void *ctx, sl_error_t *err)
+{
+    stripe_ctx_t *c = ctx;
+    sl_arena_t *owned = c->held_arena;
+    c->held_arena = NULL;
+    sl_err_t rc = c->fn(c->ctx, &c->held, c->first, c->held_end, &owned, err);
+    imp_pqc_give_back(c->r->cols, owned);
+    c->first = c->held_end;
     return rc;
+}
+
+/* Any other stripe (imp_pqc_read_t.on_full): taken and handed on at once. */
+static sl_err_t stripe_full(void *ctx, uint64_t next, sl_error_t *err)
+{
+    sl_err_t rc = stripe_take(ctx, next, err);
+    return rc == SL_OK ? stripe_hand(ctx, err) : rc;
 }
 
 static sl_err_t stripe_bad(void *ctx, uint64_t line, const sl_error_t *why, sl_error_t *err)
@@ -750,8 +783,11 @@ sl_err_t sl_wh_pqds_read_stripes(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp
                          .flush_rows = stripe_rows ? stripe_rows : 1,
                          .on_full = stripe_full,
                          .on_bad = stripe_bad,
+                         .on_take = stripe_take,
+                         .on_hand = stripe_hand,
                          .ctx = &c};
     sl_err_t rc = imp_pqc_read(ds->pq, r->cols, &rd, err);
+    sl_arena_destroy(c.held_arena);        /* NULL: every stripe taken was handed on */
     if (rc == SL_OK && rd.reached < rd.hi) /* the file ended before the split did */
         rc = sl_error_set(err, SL_ERR_CORRUPT,
                           "%s row groups [%u, %u): rows end at %llu of the split, before its row "

@@ -52,6 +52,15 @@ typedef struct sl_wh_pqds sl_wh_pqds_t;
 sl_err_t sl_wh_pqds_open(const char *path, const sl_wh_colmap_t *mapping, const char *partitions,
                          const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
                          sl_wh_pqds_t **out, sl_error_t *err);
+/* sl_wh_pqds_open with the options of the store a dataset at an s3://
+ * URL is read through, its listing, footers and every later read alike
+ * (store/store.h; NULL: the defaults; its alloc is a): a worker's or
+ * master's request timeout and attempts. Ignored for a local path. */
+struct sl_store_opts;
+sl_err_t sl_wh_pqds_open_with(const char *path, const struct sl_store_opts *store,
+                              const sl_wh_colmap_t *mapping, const char *partitions,
+                              const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                              sl_wh_pqds_t **out, sl_error_t *err);
 void sl_wh_pqds_destroy(sl_wh_pqds_t *ds);
 
 /* The resolved mapping (its schema is the job's): borrowed until destroy. */
@@ -114,12 +123,13 @@ void sl_wh_pqds_reader_destroy(sl_wh_pqds_reader_t *r);
  * (raw ids still checked), other values one by one after their
  * conversion. Borrowed, must outlive r; NULL: none. */
 void sl_wh_pqds_reader_set_maps(sl_wh_pqds_reader_t *r, const sl_wh_value_map_t *maps);
-/* Decode the columns of sl_wh_pqds_read_stripes on `threads` threads: the
- * caller's and threads - 1 helpers started here, each decoding the
- * projected column readers of a group of about the same bytes, joined
- * before a batch of rows is converted (docs/PARQUET.md "Decoding on
- * several threads"); the same stripes and errors as one thread. 0 or 1:
- * the caller's thread alone (the default). Between reads only. */
+/* Decode and convert the columns of sl_wh_pqds_read_stripes on `threads`
+ * threads: the caller's and threads - 1 helpers started here, each
+ * decoding the projected column readers of a group of about the same cost
+ * and converting their slots into the stripe, joined once a batch of rows
+ * (docs/PARQUET.md "Decoding on several threads"); the same stripes and
+ * errors as one thread. 0 or 1: the caller's thread alone (the default).
+ * Between reads only. */
 sl_err_t sl_wh_pqds_reader_set_threads(sl_wh_pqds_reader_t *r, uint32_t threads, sl_error_t *err);
 
 /* Hand rows [from, to) of split sp (one of ds's plan) to fn, in order.

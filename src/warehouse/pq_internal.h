@@ -131,6 +131,11 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
  * before the next take, which then builds its stripe in a new arena. */
 sl_arena_t *imp_pqc_arena(const imp_pqc_t *c);
 void imp_pqc_disown(imp_pqc_t *c);
+/* An arena disowned and not taken over after all (NULL: none) handed back:
+ * kept for the next stripe, whose builder may then reuse its chunk (one
+ * kept, the rest freed). Takes ownership; may be called while the helper
+ * threads work on c (it touches only the kept arena). */
+void imp_pqc_give_back(imp_pqc_t *c, sl_arena_t *arena);
 
 /* How to read: file rows [lo, hi) (0-based) of row groups [begin, end),
  * whose rows before begin are first_row; sample ids the file does not
@@ -148,6 +153,15 @@ typedef struct imp_pqc_read {
     uint32_t flush_rows;
     sl_err_t (*on_full)(void *ctx, uint64_t next, sl_error_t *err);
     sl_err_t (*on_bad)(void *ctx, uint64_t line, const sl_error_t *why, sl_error_t *err);
+    /* Optional (both or neither), with threads (imp_pqc_set_threads): a
+     * stripe full at the end of a batch whose row group has a next batch
+     * is not given to on_full but taken (on_take: the caller takes the
+     * rows and disowns their arena, so the next stripe is built in
+     * another), then handed on (on_hand) on this thread while the helper
+     * threads decode the next batch and convert it into the next stripe.
+     * on_hand must touch nothing of c. */
+    sl_err_t (*on_take)(void *ctx, uint64_t next, sl_error_t *err);
+    sl_err_t (*on_hand)(void *ctx, sl_error_t *err);
     void *ctx;
     uint64_t reached; /* out: file rows the read went through (stops at the batch past hi) */
 } imp_pqc_read_t;

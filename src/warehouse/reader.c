@@ -119,6 +119,7 @@ void sl_wh_reader_close(sl_wh_reader_t *r)
         wh_buf_free(bufs[i], a);
     wh_buf_free(&r->ksum, a);
     wh_buf_free(&r->koff, a);
+    wh_buf_free(&r->kblk, a);
     wh_ahead_destroy(r->ahead); /* before the file: its fetch reads the object */
     wh_buf_free(&r->ranges, a);
     for (uint32_t o = 0; r->og != NULL && o < r->ng; o++) {
@@ -305,6 +306,7 @@ static sl_err_t reader_open(sl_store_t *store, const sl_store_info_t *known, con
     r->verify = !o.skip_checksums;
     r->mem = o.mem;
     r->dedup_form = o.dedup_form;
+    r->blk = o.block_offsets;
     r->gap = o.coalesce_gap == 0                ? DEFAULT_GAP
              : o.coalesce_gap == SL_WH_GAP_NONE ? 0
                                                 : o.coalesce_gap;

@@ -21,6 +21,7 @@ struct sl_wh_reader {
     wh_file_t *f;
     uint32_t skip;
     bool verify, dedup_form;
+    bool blk; /* opts.block_offsets */
     uint64_t gap;
     /* projection */
     uint32_t nd, nk, ng, T;
@@ -37,6 +38,7 @@ struct sl_wh_reader {
     wh_buf_t rbuf, ustart;
     wh_buf_t dcols; /* dense columns one after the other, before the transpose */
     wh_buf_t sid, sess, ts, labels, dense, klen, kvals, kw, ksum, koff;
+    wh_buf_t kblk;          /* rows.block_offsets */
     wh_dec_t dec;           /* decoder state: scratch, zstd context, stream pointers */
     wh_buf_t sptr;          /* const uint8_t *[streams of the stripe] + need flags */
     wh_buf_t ranges;        /* sl_store_range_t[streams of the stripe]: an object's reads */

@@ -248,6 +248,22 @@ static sl_err_t decode_group(sl_wh_reader_t *r, uint32_t s, ogroup_t *o, uint32_
     return SL_OK;
 }
 
+/* Key k's block offsets (sl_wh_rows_t.block_offsets) from its n lengths
+ * into blk[n / SL_WH_BLOCK_ROWS + 1]: a pass over lengths just decoded,
+ * still in cache. @return false if a length is negative. */
+static bool block_offsets(const int32_t *len, uint32_t n, uint64_t *blk)
+{
+    bool neg = false, any = false;
+    uint64_t at = 0;
+    blk[0] = 0;
+    for (uint32_t j = 0; j < n / SL_WH_BLOCK_ROWS; j++) {
+        at += sl_lengths_sum(len + (size_t)j * SL_WH_BLOCK_ROWS, SL_WH_BLOCK_ROWS, &neg);
+        any |= neg;
+        blk[j + 1] = at;
+    }
+    return !any;
+}
+
 /* Expand key kk of group o into len[N] and (second call) vals/wts. */
 static uint64_t expand_lengths(const ogroup_t *o, uint32_t kk, int32_t *len)
 {
@@ -379,6 +395,11 @@ sl_err_t wh_reader_decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows
     /* plain KJT: lengths first (sizes), then values */
     if ((rc = out_reserve(r, s, &r->klen, (uint64_t)r->nk * N * 4, err)) != SL_OK) return rc;
     uint64_t *ksum = (uint64_t *)r->ksum.data, total = 0;
+    const size_t nb = N / SL_WH_BLOCK_ROWS + 1;
+    bool blk = r->blk && r->nk > 0;
+    if (blk && !wh_buf_reserve(&r->kblk, r->a, r->nk * nb * 8))
+        return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u: block offsets of %u keys",
+                            f->src.name, s, r->nk);
     for (uint32_t k = 0; k < r->nk; k++) {
         int32_t *len = (int32_t *)r->klen.data + (size_t)k * N;
         if (r->key_og[k] >= 0) {
@@ -386,6 +407,7 @@ sl_err_t wh_reader_decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows
         } else if ((rc = decode_lengths(r, s, r->key_feat[k], len, &ksum[k], err)) != SL_OK) {
             return rc;
         }
+        if (blk) blk = block_offsets(len, N, (uint64_t *)r->kblk.data + k * nb);
         total += ksum[k];
     }
     if ((rc = out_reserve(r, s, &r->kvals, total * 8, err)) != SL_OK) return rc;
@@ -407,6 +429,7 @@ sl_err_t wh_reader_decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows
     }
     koff[r->nk] = at;
     out->key_offsets = koff;
+    out->block_offsets = blk ? (const uint64_t *)r->kblk.data : NULL;
     b->sparse.num_keys = r->nk;
     b->sparse.stride = N;
     b->sparse.num_values = total;

@@ -681,19 +681,26 @@ void sl_wh_splits_destroy(sl_wh_splits_t *s)
     if (s != NULL) sl_arena_destroy(s->arena);
 }
 
+sl_err_t wh_table_open_reader(const sl_wh_table_t *t, const char *rel,
+                              const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
+{
+    const sl_allocator_t *a = opts && opts->allocator ? opts->allocator : t->a;
+    char *path = t->store ? wh_table_key(t, rel) : join(a, t->dir, rel);
+    if (path == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: no memory for its path", rel);
+    sl_err_t rc = t->store ? wh_reader_open_store(t->store, path, rel, wh_table_object(t, rel),
+                                                  opts, out, err)
+                           : sl_wh_reader_open(path, rel, opts, out, err);
+    join_free(t->store ? t->a : a, path);
+    return rc;
+}
+
 sl_err_t sl_wh_reader_open_split(const sl_wh_table_t *t, const sl_wh_split_t *split,
                                  const sl_wh_read_opts_t *opts, sl_wh_reader_t **out,
                                  sl_error_t *err)
 {
     *out = NULL;
-    const sl_allocator_t *a = opts && opts->allocator ? opts->allocator : t->a;
-    char *path = t->store ? wh_table_key(t, split->path) : join(a, t->dir, split->path);
-    if (path == NULL) return sl_error_set(err, SL_ERR_NOMEM, "split");
     sl_wh_reader_t *r;
-    sl_err_t rc = t->store ? wh_reader_open_store(t->store, path, split->path,
-                                                  wh_table_object(t, split->path), opts, &r, err)
-                           : sl_wh_reader_open(path, split->path, opts, &r, err);
-    join_free(t->store ? t->a : a, path);
+    sl_err_t rc = wh_table_open_reader(t, split->path, opts, &r, err);
     if (rc != SL_OK) return rc;
     /* A file replaced since the split was planned (an object rewritten in
      * a store, a file rewritten in place) is refused, never mixed. */

@@ -1,6 +1,7 @@
 /* verify (every checksum of every file, then a full decode of every stripe
  * whose checksums passed; each problem reported with file, stripe and
  * stream) and inspect (a summary of a table from its footers). */
+#include "table_tools.h"
 #include "wh_internal.h"
 
 #include <stdarg.h>
@@ -15,6 +16,10 @@ typedef struct vctx {
     sl_wh_verify_stats_t *stats;
     sl_error_t *err;
     sl_err_t first;
+    /* A table in an object store: its files are read through the table's
+     * store (its request timeout and attempts, the listing's pins), not a
+     * store of default options opened per file. NULL otherwise. */
+    const sl_wh_table_t *store_table;
 } vctx_t;
 
 static void report(vctx_t *v, const char *file, int64_t stripe, const char *stream, sl_err_t code,
@@ -44,8 +49,13 @@ static void verify_one(vctx_t *v, const char *path, const void *mem, size_t len,
     o.skip_checksums = true; /* checked here, stream by stream, first */
     if (limits) o.limits = *limits;
     sl_wh_reader_t *r;
-    sl_err_t rc = path ? sl_wh_reader_open(path, name, &o, &r, &e)
-                       : sl_wh_reader_open_mem(mem, len, name, &o, &r, &e);
+    sl_err_t rc;
+    if (v->store_table != NULL) {
+        rc = wh_table_open_reader(v->store_table, name, &o, &r, &e);
+    } else {
+        rc = path ? sl_wh_reader_open(path, name, &o, &r, &e)
+                  : sl_wh_reader_open_mem(mem, len, name, &o, &r, &e);
+    }
     v->stats->files++;
     if (rc != SL_OK) {
         v->stats->bad_files++;
@@ -120,7 +130,7 @@ sl_err_t sl_wh_verify_file(const char *path, const char *display_name, const sl_
     sl_wh_verify_stats_t local;
     if (stats == NULL) stats = &local;
     memset(stats, 0, sizeof *stats);
-    vctx_t v = {problem, ctx, stats, err, SL_OK};
+    vctx_t v = {problem, ctx, stats, err, SL_OK, NULL};
     verify_one(&v, path, NULL, 0, display_name ? display_name : path, NULL, a, NULL);
     return finish(&v);
 }
@@ -133,7 +143,7 @@ sl_err_t sl_wh_verify_mem(const void *data, size_t len, const char *display_name
     sl_wh_verify_stats_t local;
     if (stats == NULL) stats = &local;
     memset(stats, 0, sizeof *stats);
-    vctx_t v = {problem, ctx, stats, err, SL_OK};
+    vctx_t v = {problem, ctx, stats, err, SL_OK, NULL};
     verify_one(&v, NULL, data ? data : "", len, display_name ? display_name : "(memory)", limits, a,
                NULL);
     return finish(&v);
@@ -142,14 +152,21 @@ sl_err_t sl_wh_verify_mem(const void *data, size_t len, const char *display_name
 sl_err_t sl_wh_verify_table(const char *dir, const sl_allocator_t *a, sl_wh_problem_fn problem,
                             void *ctx, sl_wh_verify_stats_t *stats, sl_error_t *err)
 {
+    return sl_wh_verify_table_with(dir, NULL, a, problem, ctx, stats, err);
+}
+
+sl_err_t sl_wh_verify_table_with(const char *dir, const struct sl_store_opts *store,
+                                 const sl_allocator_t *a, sl_wh_problem_fn problem, void *ctx,
+                                 sl_wh_verify_stats_t *stats, sl_error_t *err)
+{
     sl_wh_verify_stats_t local;
     if (stats == NULL) stats = &local;
     memset(stats, 0, sizeof *stats);
-    vctx_t v = {problem, ctx, stats, err, SL_OK};
+    vctx_t v = {problem, ctx, stats, err, SL_OK, NULL};
     sl_wh_table_t *t;
     sl_error_t e;
     sl_error_clear(&e);
-    sl_err_t rc = sl_wh_table_open(dir, a, &t, &e);
+    sl_err_t rc = sl_wh_table_open_with(dir, store, a, &t, &e);
     if (rc != SL_OK) {
         /* a bad _schema is a problem of the table; a missing directory is not */
         if (rc == SL_ERR_CORRUPT || rc == SL_ERR_TRUNCATED || rc == SL_ERR_VERSION) {
@@ -158,6 +175,7 @@ sl_err_t sl_wh_verify_table(const char *dir, const sl_allocator_t *a, sl_wh_prob
         }
         return sl_error_set(err, rc, "%s", e.msg);
     }
+    v.store_table = t->store != NULL ? t : NULL;
     for (uint32_t p = 0; p < sl_wh_table_num_partitions(t); p++) {
         const sl_wh_partition_t *part = sl_wh_table_partition(t, p);
         for (uint32_t i = 0; i < part->num_files; i++) {
@@ -232,10 +250,17 @@ void sl_wh_inspect_destroy(sl_wh_inspect_t *ins)
 sl_err_t sl_wh_inspect_table(const char *dir, const sl_wh_filter_t *filter, const sl_allocator_t *a,
                              sl_wh_inspect_t **out, sl_error_t *err)
 {
+    return sl_wh_inspect_table_with(dir, NULL, filter, a, out, err);
+}
+
+sl_err_t sl_wh_inspect_table_with(const char *dir, const struct sl_store_opts *store,
+                                  const sl_wh_filter_t *filter, const sl_allocator_t *a,
+                                  sl_wh_inspect_t **out, sl_error_t *err)
+{
     *out = NULL;
     if (a == NULL) a = sl_allocator_default();
     sl_wh_table_t *t;
-    sl_err_t rc = sl_wh_table_open(dir, a, &t, err);
+    sl_err_t rc = sl_wh_table_open_with(dir, store, a, &t, err);
     if (rc != SL_OK) return rc;
     sl_arena_t *arena = sl_arena_new(a, 0);
     sl_wh_inspect_t *ins = arena ? sl_arena_calloc(arena, 1, sizeof *ins) : NULL;
@@ -284,8 +309,10 @@ sl_err_t sl_wh_inspect_table(const char *dir, const sl_wh_filter_t *filter, cons
             if (path == NULL) goto nomem;
             snprintf(path, n, "%s/%s", dir, part->files[i]);
             wh_file_t *f;
-            if ((rc = wh_file_open(path, NULL, 0, part->files[i], NULL, a, &f, err)) != SL_OK)
-                goto fail;
+            /* in a store: through the table's own store and its options */
+            rc = t->store != NULL ? wh_table_open_files(t, 1, &part->files[i], &f, err)
+                                  : wh_file_open(path, NULL, 0, part->files[i], NULL, a, &f, err);
+            if (rc != SL_OK) goto fail;
             sl_wh_file_summary_t *fs = &ins->files[ins->num_files++];
             fs->path = part->files[i];
             fs->partition = part->name;

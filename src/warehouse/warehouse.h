@@ -30,7 +30,8 @@
  *             streams of the requested features are read, adjacent ones in one
  *             pread), checksums, decompression into reusable buffers; memory is
  *             bounded by one stripe.
- *  - verify, inspect, cat: whole-table checks, summary and JSON-lines dump.
+ *  - verify, inspect, cat: whole-table checks, summary and JSON-lines dump
+ *             (table_tools.h).
  *
  * Errors: every function returns sl_err_t and, given an sl_error_t, says what
  * and where, e.g. "ds=2026-11-21/part-3.slc stripe 7 stream 'user_hist' ids:
@@ -207,7 +208,19 @@ typedef struct sl_wh_rows {
      * batch.sparse (reader; summed while decoding, so nobody sums the
      * lengths again), or NULL */
     const uint64_t *key_offsets;
+    /* [num_keys][N / SL_WH_BLOCK_ROWS + 1] (read opts block_offsets):
+     * entry [k][j] is how many of key k's values rows [0, j *
+     * SL_WH_BLOCK_ROWS) hold, counted from key_offsets[k], so that where a
+     * batch's values start is found by summing fewer than
+     * SL_WH_BLOCK_ROWS lengths, not every length before it. Summed by the
+     * thread that decodes the stripe (a worker's lane), right after each
+     * key's lengths; NULL when not asked for or a length is negative. */
+    const uint64_t *block_offsets;
 } sl_wh_rows_t;
+
+/* Rows a block of sl_wh_rows_t.block_offsets: sl_lengths_sum's block, so
+ * each block is one of its vectorised steps. */
+#define SL_WH_BLOCK_ROWS 64u
 
 /* One id list of a row: len ids, and len weights (weighted features; NULL
  * means every weight is 1.0, and is ignored for unweighted features). */
@@ -553,6 +566,10 @@ typedef struct sl_wh_read_opts {
      * n-th stripe of a file (a worker's n stripe lanes take a file's
      * stripes in turn). 0 or 1: the next stripe. */
     uint32_t ahead_stride;
+    /* Fill sl_wh_rows_t.block_offsets: 8 bytes a key for every
+     * SL_WH_BLOCK_ROWS rows (1/32 of the lengths), outside the decoded
+     * size limit as key_offsets are. */
+    bool block_offsets;
 } sl_wh_read_opts_t;
 
 #define SL_WH_GAP_NONE UINT32_MAX
@@ -662,120 +679,5 @@ sl_err_t sl_wh_reader_read_stripe(sl_wh_reader_t *r, uint32_t stripe, const sl_w
                                   sl_error_t *err);
 
 void sl_wh_reader_stats(const sl_wh_reader_t *r, sl_wh_read_stats_t *out);
-
-/* ==== verify, inspect, cat ================================================================= */
-
-/* One problem found by verify. Strings are borrowed for the callback. */
-typedef struct sl_wh_problem {
-    const char *file;   /* relative to the table dir (or the given name) */
-    int64_t stripe;     /* -1: the file as a whole (header, footer, trailer) */
-    const char *stream; /* "'name' kind", or NULL */
-    sl_err_t code;
-    const char *message; /* the whole message, file, stripe and stream included */
-} sl_wh_problem_t;
-
-typedef void (*sl_wh_problem_fn)(void *ctx, const sl_wh_problem_t *problem);
-
-typedef struct sl_wh_verify_stats {
-    uint32_t files;
-    uint32_t bad_files;
-    uint64_t stripes;
-    uint64_t streams;
-    uint64_t bytes; /* bytes checksummed */
-    uint64_t rows;
-    uint64_t problems;
-} sl_wh_verify_stats_t;
-
-/* Check the _schema and every data file of table dir: header, trailer,
- * footer, every stream's checksum (each mismatch is its own problem), then
- * decode every stripe whose checksums passed. problem (may be NULL) is
- * called for each problem. @return SL_OK when nothing is wrong; otherwise
- * the code of the first problem, whose message is in err. An unreadable
- * directory is an error without a problem report. */
-sl_err_t sl_wh_verify_table(const char *dir, const sl_allocator_t *a, sl_wh_problem_fn problem,
-                            void *ctx, sl_wh_verify_stats_t *stats, sl_error_t *err);
-
-/* The same for one data file (display_name NULL: path) or memory. */
-sl_err_t sl_wh_verify_file(const char *path, const char *display_name, const sl_allocator_t *a,
-                           sl_wh_problem_fn problem, void *ctx, sl_wh_verify_stats_t *stats,
-                           sl_error_t *err);
-sl_err_t sl_wh_verify_mem(const void *data, size_t len, const char *display_name,
-                          const sl_wh_limits_t *limits, const sl_allocator_t *a,
-                          sl_wh_problem_fn problem, void *ctx, sl_wh_verify_stats_t *stats,
-                          sl_error_t *err);
-
-/* Bytes of one feature (or id column / label) over the inspected files. */
-typedef struct sl_wh_column_bytes {
-    const char *name;
-    const char *kind;      /* "dense", "sparse", "weighted", "label", "sample_id", ... */
-    uint64_t values;       /* values stored (unique rows' under storage dedup) */
-    uint64_t raw_bytes;    /* decoded size of its streams */
-    uint64_t stored_bytes; /* bytes in the files */
-} sl_wh_column_bytes_t;
-
-typedef struct sl_wh_file_summary {
-    const char *path; /* relative to the table dir */
-    const char *partition;
-    uint64_t rows;
-    uint32_t stripes;
-    uint64_t file_bytes;
-    uint64_t footer_bytes;
-    bool session_clustered;
-    uint32_t *stripe_rows; /* [stripes] */
-} sl_wh_file_summary_t;
-
-typedef struct sl_wh_group_summary {
-    const char *name;
-    uint64_t rows;         /* rows of the files storing the group */
-    uint64_t unique_rows;  /* unique rows stored */
-    uint64_t stored_bytes; /* bytes of the group's streams, INVERSE included */
-} sl_wh_group_summary_t;
-
-typedef struct sl_wh_partition_summary {
-    const sl_wh_partition_t *partition; /* borrowed from the table kept open */
-    uint32_t files;
-    uint64_t rows;
-    uint64_t bytes;
-} sl_wh_partition_summary_t;
-
-typedef struct sl_wh_inspect {
-    const char *dir;
-    const sl_wh_schema_t *schema; /* borrowed from the table kept open */
-    uint32_t num_partitions;      /* those passing the filter */
-    sl_wh_partition_summary_t *partitions;
-    uint32_t num_files;
-    sl_wh_file_summary_t *files;
-    uint32_t num_columns;
-    sl_wh_column_bytes_t *columns; /* id columns, labels, features, inverse streams */
-    uint32_t num_groups;
-    sl_wh_group_summary_t *groups;
-    uint64_t rows, stripes, file_bytes, raw_bytes, stored_bytes;
-    double compression_ratio; /* raw_bytes / stored_bytes (1 when empty) */
-    double dedup_ratio;       /* sum rows / sum unique rows over groups (1 without) */
-    sl_wh_table_t *table;     /* kept open */
-    sl_arena_t *arena;        /* owns the rest */
-} sl_wh_inspect_t;
-
-/* Summarise the table (partitions passing filter; NULL: all) from the
- * footers (no data is read). Caller owns *out, free with
- * sl_wh_inspect_destroy. */
-sl_err_t sl_wh_inspect_table(const char *dir, const sl_wh_filter_t *filter, const sl_allocator_t *a,
-                             sl_wh_inspect_t **out, sl_error_t *err);
-void sl_wh_inspect_destroy(sl_wh_inspect_t *ins);
-/* As JSON (with every file's stripes when detail). Caller owns the result. */
-json_t *sl_wh_inspect_to_json(const sl_wh_inspect_t *ins, bool detail);
-
-typedef struct sl_wh_cat_opts {
-    const char *const *features; /* NULL: all (as sl_wh_read_opts_t) */
-    uint32_t num_features;
-    const sl_wh_filter_t *filter; /* NULL: every partition */
-    uint64_t limit;               /* rows to print; 0: all */
-    const sl_allocator_t *allocator;
-} sl_wh_cat_opts_t;
-
-/* Print the table's rows as JSON lines (sl_wh_row_to_json) to out, files in
- * table order. *rows_out (may be NULL) gets the rows printed. */
-sl_err_t sl_wh_cat_table(const char *dir, const sl_wh_cat_opts_t *opts, FILE *out,
-                         uint64_t *rows_out, sl_error_t *err);
 
 #endif

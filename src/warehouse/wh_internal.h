@@ -283,6 +283,11 @@ const sl_store_info_t *wh_table_object(const sl_wh_table_t *t, const char *rel);
 sl_err_t wh_table_open_files(const sl_wh_table_t *t, uint32_t n, const char *const *rels,
                              wh_file_t **out, sl_error_t *err);
 
+/* A reader of the table's data file rel: through its store (its options,
+ * pinned at what the listing found) or from its directory. */
+sl_err_t wh_table_open_reader(const sl_wh_table_t *t, const char *rel,
+                              const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err);
+
 /* sl_wh_reader_open of the object key of st (borrowed: st must outlive the
  * reader), pinned at its ETag as wh_file_open_store. */
 sl_err_t wh_reader_open_store(sl_store_t *st, const char *key, const char *display_name,

@@ -177,6 +177,79 @@ def mapped_rows(path, rows=300, seed=11):
     pq.write_table(t, path, compression="zstd", row_group_size=128)
 
 
+def scalar_nulls(path, rows=2000, seed=23):
+    """Scalar nullable columns in pages of 100 rows (the dense batches of
+    the columnar conversion, tests/unit/pq_columns_test.c): page p has no
+    null (p % 5 == 0), only nulls (1), nulls at its start (2), at its end
+    (3) or here and there (4); sa a dictionary of 40 ids, sb ids of 40
+    bits whose dictionary outgrows its 2 KiB limit so that the chunk goes
+    on in plain pages, neg a negative id at row 1235 (from 1); dense and
+    label columns of each numeric type; row groups of 1200 and 800."""
+    import random
+    rnd = random.Random(seed)
+
+    def null_at(r, shift):
+        p, i = divmod(r, 100)
+        kind = (p + shift) % 5
+        return (kind == 1 or (kind == 2 and i < 37) or (kind == 3 and i >= 59)
+                or (kind == 4 and rnd.random() < 0.3))
+
+    def col(gen, shift, typ):
+        return pa.array([None if null_at(r, shift) else gen(r) for r in range(rows)], typ)
+
+    t = pa.table({
+        "sid": col(lambda r: 5000 + r, 3, pa.int64()),
+        "lab": col(lambda r: rnd.randrange(0, 2), 4, pa.int32()),
+        "sa": col(lambda r: rnd.randrange(0, 40), 0, pa.int64()),
+        "sb": col(lambda r: rnd.randrange(0, 1 << 40), 1, pa.int64()),
+        "neg": col(lambda r: -3 if r == 1234 else r, 3, pa.int64()),
+        "da": col(lambda r: rnd.uniform(-5, 5), 0, pa.float32()),
+        "db": col(lambda r: rnd.uniform(-1e6, 1e6), 2, pa.float64()),
+        "dc": col(lambda r: rnd.randrange(-(1 << 62), 1 << 62), 4, pa.int64()),
+    })
+    pq.write_table(t, path, compression="zstd", row_group_size=1200, write_batch_size=100,
+                   data_page_size=1, dictionary_pagesize_limit=2048)
+    # sb's first row group: more distinct ids than 2 KiB of dictionary holds
+    sb = pq.ParquetFile(path).metadata.row_group(0).column(3)
+    assert sb.path_in_schema == "sb" and sb.has_dictionary_page
+    assert len({x for x in t.column("sb").to_pylist()[:1200] if x is not None}) > 2048 // 8
+
+
+def overlap_rows(path, rows=10000, seed=29):
+    """Row groups of 9000 and 1000 rows (batches of 4096, 4096 and 808,
+    then 1000), so that stripes of 4096 rows end mid row group and are
+    handed on while the next batch is decoded (tests/unit/pq_overlap_test.c):
+    ids, a label, dense values with nulls, a dictionary id column with
+    nulls, a list of ids (null, empty, lengths that grow fourfold in the
+    second batch), a string to hash, and neg, a negative id at row 6001
+    (from 1)."""
+    import random
+    rnd = random.Random(seed)
+
+    def maybe(v, p=0.1):
+        return None if rnd.random() < p else v
+
+    def ids(i):
+        if i % 11 == 0:
+            return None
+        k = rnd.randrange(4, 9) if 4096 <= i < 8192 else rnd.randrange(4)
+        return [maybe(rnd.randrange(500), 0.05) for _ in range(k)]
+
+    t = pa.table({
+        "sid": pa.array(range(7000, 7000 + rows), pa.int64()),
+        "label": pa.array([float(rnd.random() < 0.3) for _ in range(rows)], pa.float32()),
+        "f32": pa.array([maybe(rnd.randrange(-20, 20) / 4) for _ in range(rows)], pa.float32()),
+        "f64": pa.array([maybe(rnd.randrange(100) * 1.5, 0.3) for _ in range(rows)], pa.float64()),
+        "C1": pa.array([maybe(rnd.randrange(3000)) for _ in range(rows)], pa.int64()),
+        "item_ids": pa.array([ids(i) for i in range(rows)], pa.list_(pa.int64())),
+        "country": pa.array([maybe(rnd.choice(["fr", "de", "us", "jp"])) for _ in range(rows)]),
+        "neg": pa.array([-3 if i == 6000 else i for i in range(rows)], pa.int64()),
+    })
+    pq.write_table(t, path, compression="zstd", row_group_size=9000,
+                   use_dictionary=["label", "f32", "f64", "C1", "item_ids", "country"],
+                   column_encoding={"sid": "DELTA_BINARY_PACKED", "neg": "DELTA_BINARY_PACKED"})
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     p = lambda name: os.path.join(OUT, name)  # noqa: E731
@@ -204,6 +277,8 @@ def main():
         p("polars-lz4.parquet"), compression="lz4")
     legacy_two_level(p("legacy-two-level.parquet"))
     mapped_rows(p("pyarrow-mapped-zstd.parquet"))
+    scalar_nulls(p("pyarrow-scalar-nulls-zstd.parquet"))
+    overlap_rows(p("pyarrow-overlap-zstd.parquet"))
     os.makedirs(CORPUS, exist_ok=True)
     for name in sorted(os.listdir(OUT)):
         shutil.copy(p(name), os.path.join(CORPUS, name))

@@ -17,6 +17,7 @@
 #include "testutil.h"
 #include "warehouse/column_map.h"
 #include "warehouse/import.h"
+#include "warehouse/table_tools.h"
 
 static tu_alloc_t g_ta;
 

@@ -23,6 +23,7 @@
 
 #include "testutil.h"
 #include "warehouse/import.h"
+#include "warehouse/table_tools.h"
 
 static tu_alloc_t g_ta;
 

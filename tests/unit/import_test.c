@@ -20,6 +20,7 @@
 
 #include "testutil.h"
 #include "warehouse/import.h"
+#include "warehouse/table_tools.h"
 
 /* Every import of these tests allocates here. */
 static tu_alloc_t g_ta;

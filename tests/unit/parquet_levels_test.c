@@ -166,6 +166,9 @@ Test(parquet_levels_fast, bit_planes_as_the_general_decoder)
             sl_pq_rle_t a, b;
             sl_pq_rle_init(&a, w.b, w.n, width);
             sl_pq_rle_init(&b, w.b, w.n, width);
+            /* the baseline and the CPU's own instructions, each both ways */
+            a.plain = rep & 1;
+            b.plain = (rep >> 1) & 1;
             sl_error_t err = {0};
             memset(p0, 0, sizeof p0);
             memset(p1, 0, sizeof p1);

@@ -8,14 +8,11 @@
  *    sl_wh_pqds_read gathered by the Kafka row builder, as the Parquet
  *    source did before, for todo ranges across row groups, stripe sizes
  *    and projections; a refused row fails both with the same message;
- *  - `table import --format parquet` (sl_wh_import) against the rows of
- *    the row path (imp_pq_read_slots): the same rows written, the same
- *    bad row skipped with the same message;
- *  - every allocation of the worker's read, and of the import, failing in
- *    turn: an error, no leak, or (no allocation failed) every row. */
-#include <criterion/criterion.h>
+ *  - every allocation of the worker's read failing in turn: an error, no
+ *    leak, or (no allocation failed) every row.
+ * The import against the row path: pq_columns_import_test.c. */
+#include "pq_columns_util.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,53 +24,6 @@
 #include "warehouse/import.h"
 #include "warehouse/import_internal.h"
 #include "warehouse/pq_dataset.h"
-
-static char fixture[4096];
-static char *dir;
-
-static void setup(void)
-{
-    const char *root = getenv("SLUICE_SOURCE_DIR");
-    snprintf(fixture, sizeof fixture, "%s/tests/data/parquet/pyarrow-mapped-zstd.parquet",
-             root ? root : "..");
-    dir = tu_mkdtemp("pq_columns");
-}
-
-static void teardown(void)
-{
-    tu_rm_tree(dir);
-    free(dir);
-}
-
-TestSuite(pq_columns, .init = setup, .fini = teardown);
-
-/* Every conversion: ids, two labels, dense of each numeric type, sparse
- * from a list, a scalar, hashed strings and lists of strings, weighted
- * from a list of structs and from two parallel lists. */
-static const char *FULL =
-    "{\"sample_id\": \"sample_id\", \"session_id\": \"session_id\", \"timestamp\": \"ts\","
-    " \"labels\": [\"label\", \"like\"], \"dense\": [\"f32\", \"f64\", \"i64\", \"flag\"],"
-    " \"sparse\": [\"item_ids\", \"one_id\","
-    "   {\"column\": \"country\", \"name\": \"country_h\", \"hash\": {\"seed\": 7}},"
-    "   {\"column\": \"words\", \"name\": \"words_h\", \"hash\": {\"seed\": 3}}],"
-    " \"weighted\": [{\"column\": \"tags\"},"
-    "   {\"name\": \"cats\", \"ids\": \"cat_ids\", \"weights\": \"cat_w\"}],"
-    " \"infer\": false}";
-/* No sample or session id (numbered rows, file order), a negative id. */
-static const char *NEG = "{\"labels\": [\"label\"], \"dense\": [\"f64\"],"
-                         " \"sparse\": [\"neg_ids\"], \"infer\": false}";
-
-static sl_wh_colmap_t *mapping(const char *text)
-{
-    json_error_t jerr;
-    json_t *j = json_loads(text, 0, &jerr);
-    cr_assert_not_null(j, "%s", jerr.text);
-    sl_wh_colmap_t *m = NULL;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_wh_colmap_parse(j, NULL, NULL, NULL, NULL, &m, &err), SL_OK, "%s", err.msg);
-    json_decref(j);
-    return m;
-}
 
 /* ---- a stripe, copied ---- */
 
@@ -302,18 +252,25 @@ static void both_ways(sl_wh_pqds_t *ds, const sl_wh_split_t *sp, const char *con
     sl_wh_pqds_reader_destroy(r);
 }
 
-/* The dataset borrows names from the mapping: *m lives as long as it. */
-static sl_wh_pqds_t *open_mapped(const char *text, sl_wh_colmap_t **m, sl_wh_splits_t **sp)
+/* The file path of rows mapped by text, as one split. The dataset
+ * borrows names from the mapping: *m lives as long as it. */
+static sl_wh_pqds_t *open_file(const char *path, uint64_t rows, const char *text,
+                               sl_wh_colmap_t **m, sl_wh_splits_t **sp)
 {
     *m = mapping(text);
     sl_wh_pqds_t *ds = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_wh_pqds_open(fixture, *m, NULL, NULL, NULL, NULL, &ds, &err), SL_OK, "%s",
+    cr_assert_eq(sl_wh_pqds_open(path, *m, NULL, NULL, NULL, NULL, &ds, &err), SL_OK, "%s",
                  err.msg);
-    cr_assert_eq(sl_wh_pqds_plan(ds, 1000, NULL, 0, sp, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_pqds_plan(ds, rows, NULL, 0, sp, NULL, &err), SL_OK, "%s", err.msg);
     cr_assert_eq((*sp)->count, 1);
-    cr_assert_eq((*sp)->items[0].num_rows, 300);
+    cr_assert_eq((*sp)->items[0].num_rows, rows);
     return ds;
+}
+
+static sl_wh_pqds_t *open_mapped(const char *text, sl_wh_colmap_t **m, sl_wh_splits_t **sp)
+{
+    return open_file(fixture, 300, text, m, sp);
 }
 
 Test(pq_columns, worker_stripes_equal_row_path)
@@ -382,6 +339,99 @@ Test(pq_columns, stripes_built_in_place_equal_row_path)
     sl_wh_splits_destroy(sp);
     sl_wh_pqds_destroy(ds);
     sl_wh_colmap_destroy(m);
+}
+
+/* ---- scalar columns in dense batches ---- */
+
+/* pyarrow-scalar-nulls-zstd.parquet (tests/parquet/make_fixtures.py,
+ * scalar_nulls): 2,000 rows in row groups of 1,200 and 800, pages of 100
+ * rows with no null, only nulls, nulls at the start, at the end or here
+ * and there; sa a dictionary, sb a dictionary that falls back to plain
+ * pages, neg a negative id at row 1235 (from 1). Each column read by one
+ * slot comes in dense batches (set_reader_dense); SCALAR_TWICE reads sa
+ * twice, which keeps its batches spread over the slots. */
+static const char *SCALAR =
+    "{\"sample_id\": \"sid\", \"labels\": [\"lab\"], \"dense\": [\"da\", \"db\", \"dc\"],"
+    " \"sparse\": [\"sa\", \"sb\"], \"infer\": false}";
+static const char *SCALAR_TWICE =
+    "{\"labels\": [\"lab\"], \"dense\": [\"da\"],"
+    " \"sparse\": [\"sa\", {\"column\": \"sa\", \"name\": \"sa2\"}, \"sb\"],"
+    " \"infer\": false}";
+static const char *SCALAR_NEG = "{\"labels\": [\"lab\"], \"dense\": [\"db\"],"
+                                " \"sparse\": [\"sa\", \"neg\", \"sb\"], \"infer\": false}";
+
+static void threads_same(sl_wh_pqds_t *ds, const sl_wh_split_t *sp, const char *const *feats,
+                         uint32_t nf, uint64_t from, uint64_t to, uint32_t batch, uint32_t threads,
+                         bool mapped);
+
+static sl_wh_pqds_t *open_scalar(const char *text, sl_wh_colmap_t **m, sl_wh_splits_t **sp)
+{
+    char path[4096];
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/tests/data/parquet/pyarrow-scalar-nulls-zstd.parquet",
+             root ? root : "..");
+    return open_file(path, 2000, text, m, sp);
+}
+
+static void close_ds(sl_wh_pqds_t *ds, sl_wh_colmap_t *m, sl_wh_splits_t *sp)
+{
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
+}
+
+Test(pq_columns, scalar_columns_dense_equal_row_path)
+{
+    /* runs starting and ending inside pages of each kind, across the row
+     * groups, a whole stripe in place and runs shorter than a stripe */
+    static const uint64_t ranges[][2] = {{0, 2000},    {0, 1200},  {1150, 1250}, {37, 163},
+                                         {1199, 1201}, {100, 200}, {1900, 2000}, {341, 1777}};
+    static const uint32_t batches[] = {7, 100, 333, 1000, 4096};
+    const char *const maps[] = {SCALAR, SCALAR_TWICE};
+    for (size_t k = 0; k < 2; k++) {
+        sl_wh_splits_t *sp = NULL;
+        sl_wh_colmap_t *m = NULL;
+        sl_wh_pqds_t *ds = open_scalar(maps[k], &m, &sp);
+        const sl_wh_split_t *s = &sp->items[0];
+        for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+            for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+                both_ways(ds, s, NULL, 0, ranges[i][0], ranges[i][1], batches[b]);
+        for (size_t i = 2; i < 6; i++) /* a row at a time (at most 512 stripes) */
+            both_ways(ds, s, NULL, 0, ranges[i][0], ranges[i][1], 1);
+        const char *const feats[] = {"sb", "da", "sa"};
+        both_ways(ds, s, feats, 3, 0, 2000, 512);
+        threads_same(ds, s, NULL, 0, 0, 2000, 500, 3, false);
+        threads_same(ds, s, NULL, 0, 150, 1950, 4096, 2, true);
+        close_ds(ds, m, sp);
+    }
+}
+
+Test(pq_columns, scalar_negative_id_same_message)
+{
+    sl_wh_splits_t *sp = NULL;
+    sl_wh_colmap_t *m = NULL;
+    sl_wh_pqds_t *ds = open_scalar(SCALAR_NEG, &m, &sp);
+    const sl_wh_split_t *s = &sp->items[0];
+    static const uint32_t batches[] = {3, 10, 100, 1234, 4096};
+    for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+        both_ways(ds, s, NULL, 0, 1200, 2000, batches[b]);
+        both_ways(ds, s, NULL, 0, 0, 1234, batches[b]); /* up to the row before it */
+        both_ways(ds, s, NULL, 0, 1235, 2000, batches[b]);
+    }
+    threads_same(ds, s, NULL, 0, 0, 2000, 256, 3, true);
+    sl_wh_pqds_reader_t *r = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, NULL, 0, &r, &err), SL_OK, "%s", err.msg);
+    stripes_t *got = calloc(1, sizeof *got);
+    cr_assert_eq(sl_wh_pqds_read_stripes(r, s, 0, 2000, 1000, new_stripe, got, &err),
+                 SL_ERR_CORRUPT);
+    cr_assert_str_eq(err.msg, "pyarrow-scalar-nulls-zstd.parquet row 1235: column 'neg': an id "
+                              "must be an integer >= 0, got -3");
+    cr_assert_eq(got->n, 1, "the stripe of rows [0, 1000) went out before row 1235");
+    free_stripes(got);
+    free(got);
+    sl_wh_pqds_reader_destroy(r);
+    close_ds(ds, m, sp);
 }
 
 /* ---- transforms at decode (sl_wh_pqds_reader_set_maps) ---- */
@@ -500,8 +550,9 @@ static void map_ids_pure(const void *ctx, int64_t *v, uint64_t n)
 }
 
 /* Stripes of [from, to) by batch rows of the features feats[nf] (NULL:
- * all), decoded on one thread and on `threads`, maps at decode or not:
- * the same stripes bit for bit, or the same error and message. */
+ * all), decoded and converted on one thread and on `threads` (each thread
+ * converting the columns it decoded), maps at decode or not: the same
+ * stripes bit for bit, or the same error and message. */
 static void threads_same(sl_wh_pqds_t *ds, const sl_wh_split_t *sp, const char *const *feats,
                          uint32_t nf, uint64_t from, uint64_t to, uint32_t batch, uint32_t threads,
                          bool mapped)
@@ -581,10 +632,15 @@ Test(pq_columns, threads_decode_same_stripes)
     sl_wh_splits_destroy(sp);
     sl_wh_pqds_destroy(ds);
     sl_wh_colmap_destroy(m);
-    /* a negative id (refused), numbered rows */
+    /* a negative id (refused) in the second row group, after the first
+     * was converted on the threads (in place, by an estimate), numbered
+     * rows */
     ds = open_mapped(NEG, &m, &sp);
-    threads_same(ds, &sp->items[0], NULL, 0, 0, 300, 33, 2, false);
-    threads_same(ds, &sp->items[0], NULL, 0, 131, 300, 4096, 2, true);
+    for (uint32_t t = 2; t <= 3; t++) {
+        threads_same(ds, &sp->items[0], NULL, 0, 0, 300, 33, t, false);
+        threads_same(ds, &sp->items[0], NULL, 0, 0, 300, 128, t, false);
+        threads_same(ds, &sp->items[0], NULL, 0, 131, 300, 4096, t, true);
+    }
     sl_wh_splits_destroy(sp);
     sl_wh_pqds_destroy(ds);
     sl_wh_colmap_destroy(m);
@@ -665,167 +721,6 @@ Test(pq_columns, threads_decode_same_errors)
     const char *const two_r[] = {"i64", "f32"};
     corrupt_same_error(two_r, 2, 20);
 }
-
-/* ---- the import ---- */
-
-/* One row of the row path, copied (schema order). */
-typedef struct prow {
-    int64_t sid, ses, ts;
-    float labels[2], dense[4];
-    uint32_t len[6];
-    int64_t ids[6][64];
-    float w[6][64];
-    bool weighted[6];
-} prow_t;
-
-typedef struct prows {
-    prow_t *r;
-    uint32_t n;
-    uint64_t bad_line;
-    char bad[SL_ERROR_MSG_MAX];
-} prows_t;
-
-static sl_err_t row_path_row(void *ctx, uint64_t line, sl_err_t rc, const sl_error_t *perr,
-                             sl_wh_row_t *row, bool has_sid)
-{
-    prows_t *c = ctx;
-    if (rc != SL_OK) {
-        cr_assert_eq(c->bad_line, 0, "one bad row only, another at %llu", (unsigned long long)line);
-        c->bad_line = line;
-        snprintf(c->bad, sizeof c->bad, "%s", perr->msg);
-        return SL_OK;
-    }
-    cr_assert_lt(c->n, 300);
-    prow_t *p = &c->r[c->n++];
-    p->sid = has_sid ? row->sample_id : (int64_t)line; /* a first import: id base 0 */
-    p->ses = row->session_id;
-    p->ts = row->timestamp;
-    memcpy(p->labels, row->labels, sizeof p->labels);
-    memcpy(p->dense, row->dense, sizeof p->dense);
-    for (int s = 0; s < 6; s++) {
-        cr_assert_leq(row->sparse[s].len, 64);
-        p->len[s] = row->sparse[s].len;
-        memcpy(p->ids[s], row->sparse[s].ids, p->len[s] * 8);
-        p->weighted[s] = row->sparse[s].weights != NULL;
-        if (p->weighted[s]) memcpy(p->w[s], row->sparse[s].weights, p->len[s] * 4);
-    }
-    return SL_OK;
-}
-
-static bool same_float(float a, float b)
-{
-    return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0;
-}
-
-Test(pq_columns, import_equals_row_path)
-{
-    sl_wh_colmap_t *m = mapping(FULL);
-    sl_error_t err = {0};
-    /* the row path */
-    imp_pq_t *p = NULL;
-    cr_assert_eq(imp_pq_open(fixture, m, NULL, &p, &err), SL_OK, "%s", err.msg);
-    const sl_wh_schema_t *schema = imp_pq_mapping(p)->schema;
-    cr_assert_eq(sl_wh_schema_num_labels(schema), 2);
-    cr_assert_eq(sl_wh_schema_num_dense(schema), 4);
-    cr_assert_eq(sl_wh_schema_num_sparse(schema), 6);
-    sl_wh_row_buf_t *buf = sl_wh_row_buf_new(schema, NULL);
-    prows_t want = {.r = calloc(300, sizeof(prow_t))};
-    cr_assert_eq(imp_pq_read_slots(p, NULL, fixture, NULL, 0, UINT32_MAX, 0, 0, buf, row_path_row,
-                                   &want, &err),
-                 SL_OK, "%s", err.msg);
-    cr_assert_eq(want.n, 299);
-    cr_assert_eq(want.bad_line, 78);
-    /* the import, columnar */
-    char *table = tu_path(dir, "t");
-    sl_wh_import_opts_t o = sl_wh_import_opts_default();
-    const char *inputs[] = {fixture};
-    o.format = SL_WH_IMPORT_PARQUET;
-    o.inputs = inputs;
-    o.num_inputs = 1;
-    o.table_dir = table;
-    o.mapping = m;
-    o.threads = 1;
-    o.writer.stripe_rows = 100; /* stripes across the columnar path's runs */
-    sl_wh_import_summary_t sum = {0};
-    cr_assert_eq(sl_wh_import(&o, &sum, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(sum.rows_read, 300);
-    cr_assert_eq(sum.rows_written, 299);
-    cr_assert_eq(sum.rows_skipped, 1);
-    cr_assert_eq(sum.num_first_bad, 1);
-    size_t fl = strlen(fixture);
-    cr_assert(strncmp(sum.first_bad[0], fixture, fl) == 0, "%s", sum.first_bad[0]);
-    cr_assert_str_eq(sum.first_bad[0] + fl,
-                     ":78: column 'cat_ids': 2 ids but 3 weights in 'cat_w'");
-    cr_assert_str_eq(want.bad, "column 'cat_ids': 2 ids but 3 weights in 'cat_w'");
-    sl_wh_import_summary_free(&sum);
-    /* the table's rows, in order, against the row path's */
-    sl_wh_table_t *t = NULL;
-    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
-    uint32_t at = 0;
-    for (uint32_t pi = 0; pi < sl_wh_table_num_partitions(t); pi++) {
-        const sl_wh_partition_t *part = sl_wh_table_partition(t, pi);
-        for (uint32_t f = 0; f < part->num_files; f++) {
-            char *path = tu_path(table, part->files[f]);
-            sl_wh_reader_t *r = NULL;
-            cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &r, &err), SL_OK, "%s", err.msg);
-            const sl_wh_rows_t *rows;
-            for (;;) {
-                cr_assert_eq(sl_wh_reader_next(r, &rows, &err), SL_OK, "%s", err.msg);
-                if (rows == NULL) break;
-                const sl_batch_t *b = &rows->batch;
-                uint32_t K = b->sparse.num_keys;
-                cr_assert_eq(K, 6);
-                uint64_t koff[7];
-                sl_kjt_key_offsets(&b->sparse, koff);
-                for (uint32_t i = 0; i < b->batch_size; i++, at++) {
-                    cr_assert_lt(at, want.n);
-                    const prow_t *w = &want.r[at];
-                    cr_assert_eq(b->sample_ids[i], w->sid, "row %u sample id", at);
-                    cr_assert_eq(rows->session_ids[i], w->ses, "row %u session", at);
-                    cr_assert_eq(rows->timestamps[i], w->ts, "row %u timestamp", at);
-                    for (uint32_t l = 0; l < b->labels.cols; l++) {
-                        int li = sl_wh_schema_find_label(schema, b->labels.names[l]);
-                        cr_assert(same_float(b->labels.data[(size_t)i * b->labels.cols + l],
-                                             w->labels[li]),
-                                  "row %u label %s", at, b->labels.names[l]);
-                    }
-                    for (uint32_t d = 0; d < b->dense.cols; d++) {
-                        const sl_wh_feature_t *fe = sl_wh_schema_find(schema, b->dense.names[d]);
-                        cr_assert(same_float(b->dense.data[(size_t)i * b->dense.cols + d],
-                                             w->dense[fe->slot]),
-                                  "row %u dense %s", at, b->dense.names[d]);
-                    }
-                    for (uint32_t k = 0; k < K; k++) {
-                        const sl_wh_feature_t *fe = sl_wh_schema_find(schema, b->sparse.keys[k]);
-                        uint32_t s = fe->slot;
-                        int32_t len = b->sparse.lengths[(size_t)k * b->sparse.stride + i];
-                        cr_assert_eq((uint32_t)len, w->len[s], "row %u %s length", at,
-                                     b->sparse.keys[k]);
-                        for (int32_t e = 0; e < len; e++) {
-                            cr_assert_eq(b->sparse.values[koff[k] + (uint64_t)e], w->ids[s][e],
-                                         "row %u %s id %d", at, b->sparse.keys[k], e);
-                            if (w->weighted[s])
-                                cr_assert(same_float(b->sparse.weights[koff[k] + (uint64_t)e],
-                                                     w->w[s][e]),
-                                          "row %u %s weight %d", at, b->sparse.keys[k], e);
-                        }
-                        koff[k] += (uint64_t)len;
-                    }
-                }
-            }
-            sl_wh_reader_close(r);
-            free(path);
-        }
-    }
-    cr_assert_eq(at, 299);
-    sl_wh_table_close(t);
-    free(table);
-    free(want.r);
-    sl_wh_row_buf_destroy(buf);
-    imp_pq_destroy(p);
-    sl_wh_colmap_destroy(m);
-}
-
 /* ---- every allocation failing ---- */
 
 static sl_err_t count_rows(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
@@ -879,48 +774,5 @@ Test(pq_columns, every_allocation_failure)
     }
     cr_assert_gt(k, 20, "the walk covered %llu allocations", (unsigned long long)k);
     tu_alloc_assert_clean(&ta);
-    sl_wh_colmap_destroy(m);
-}
-
-Test(pq_columns, import_every_allocation_failure)
-{
-    sl_wh_colmap_t *m = mapping(FULL);
-    tu_alloc_t ta;
-    tu_alloc_init(&ta);
-    uint64_t k = 1;
-    for (;; k++) {
-        char name[64];
-        snprintf(name, sizeof name, "t%llu", (unsigned long long)k);
-        char *table = tu_path(dir, name);
-        sl_wh_import_opts_t o = sl_wh_import_opts_default();
-        const char *inputs[] = {fixture};
-        o.format = SL_WH_IMPORT_PARQUET;
-        o.inputs = inputs;
-        o.num_inputs = 1;
-        o.table_dir = table;
-        o.mapping = m;
-        o.threads = 1;
-        o.allocator = &ta.base;
-        o.writer.no_sync = true;
-        sl_wh_import_summary_t sum = {0};
-        sl_error_t err = {0};
-        tu_alloc_fail_at(&ta, k, false);
-        sl_err_t rc = sl_wh_import(&o, &sum, &err);
-        bool failed = tu_alloc_failures(&ta) > 0;
-        uint64_t written = sum.rows_written;
-        sl_wh_import_summary_free(&sum);
-        free(table);
-        if (!failed) {
-            cr_assert_eq(rc, SL_OK, "%s", err.msg);
-            cr_assert_eq(written, 299);
-            break;
-        }
-        cr_assert(rc != SL_OK || written == 299, "allocation %llu failed: rc %d, %llu rows",
-                  (unsigned long long)k, rc, (unsigned long long)written);
-        char why[256];
-        cr_assert(tu_alloc_clean(&ta, why, sizeof why), "allocation %llu failed: %s",
-                  (unsigned long long)k, why);
-    }
-    cr_assert_gt(k, 20);
     sl_wh_colmap_destroy(m);
 }

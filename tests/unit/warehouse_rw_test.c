@@ -592,6 +592,53 @@ Test(warehouse_rw, storage_dedup_round_trip_and_smaller)
     td_free(&m);
 }
 
+/* Block offsets (read opts block_offsets): each key's values before every
+ * SL_WH_BLOCK_ROWS rows of the stripe, the expanded keys of a dedup group
+ * included; not given unless asked for. Stripes of 2048 rows (whole
+ * blocks) and a last one of 1904 (a part block). */
+Test(warehouse_rw, block_offsets_sum_each_block_of_each_key)
+{
+    uint32_t n = 6000, stripe = 2048;
+    td_spec_t spec = {n, 16, 100, true, 0.2, tu_seed("block_offsets_sum_each_block_of_each_key")};
+    td_rows_t m;
+    td_generate(&spec, &m);
+    sl_wh_writer_opts_t o = td_opts(stripe);
+    o.num_dedup_groups = 1;
+    o.dedup_groups = &td_group;
+    td_write(path_in("blocks.slc"), &m, &o);
+    sl_error_t err = {0};
+    sl_wh_reader_t *plain, *rb;
+    sl_wh_read_opts_t ro = {0};
+    cr_assert_eq(sl_wh_reader_open(path_in("blocks.slc"), NULL, &ro, &plain, &err), SL_OK);
+    ro.block_offsets = true;
+    cr_assert_eq(sl_wh_reader_open(path_in("blocks.slc"), NULL, &ro, &rb, &err), SL_OK);
+    cr_assert_eq(sl_wh_reader_num_stripes(rb), 3);
+    for (uint32_t s = 0; s < 3; s++) {
+        const sl_wh_rows_t *x, *y;
+        cr_assert_eq(sl_wh_reader_read_stripe(plain, s, &x, &err), SL_OK, "%s", err.msg);
+        cr_assert_null(x->block_offsets);
+        cr_assert_eq(sl_wh_reader_read_stripe(rb, s, &y, &err), SL_OK, "%s", err.msg);
+        const sl_kjt_t *kjt = &y->batch.sparse;
+        const uint32_t N = y->batch.batch_size, nb = N / SL_WH_BLOCK_ROWS + 1;
+        cr_assert_eq(N, s < 2 ? 2048 : 1904);
+        cr_assert_eq(kjt->num_keys, TD_S);
+        cr_assert_not_null(y->block_offsets);
+        for (uint32_t k = 0; k < kjt->num_keys; k++) {
+            uint64_t at = 0;
+            for (uint32_t r = 0; r <= N; r++) {
+                if (r % SL_WH_BLOCK_ROWS == 0)
+                    cr_assert_eq(y->block_offsets[(size_t)k * nb + r / SL_WH_BLOCK_ROWS], at,
+                                 "stripe %u key %u row %u", s, k, r);
+                if (r < N) at += (uint64_t)kjt->lengths[(size_t)k * N + r];
+            }
+            cr_assert_eq(at, y->key_offsets[k + 1] - y->key_offsets[k]);
+        }
+    }
+    sl_wh_reader_close(plain);
+    sl_wh_reader_close(rb);
+    td_free(&m);
+}
+
 Test(warehouse_rw, storage_dedup_projection_of_part_of_a_group)
 {
     uint32_t n = 3000;

@@ -313,7 +313,7 @@ Test(warehouse_table, cat_inspect_verify)
     sl_wh_filter_t *flt;
     cr_assert_eq(sl_wh_filter_parse("region=us", NULL, &flt, &err), SL_OK);
     const char *feats[] = {"u_geo", "d2", "w_cat"};
-    sl_wh_cat_opts_t co = {feats, 3, flt, 3, NULL};
+    sl_wh_cat_opts_t co = {feats, 3, flt, 3, NULL, NULL};
     uint64_t n;
     cr_assert_eq(sl_wh_cat_table(dir, &co, f, &n, &err), SL_OK, "%s", err.msg);
     fclose(f);

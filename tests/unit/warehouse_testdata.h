@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "warehouse/table_tools.h"
 #include "warehouse/warehouse.h"
 
 #define TD_UNUSED __attribute__((unused))

@@ -12,9 +12,10 @@
  * decompressed), its dictionary and 4096 rows of decoded values, plus the
  * stripe being built and the one handed out (batch size rows in column
  * form each, the loop accounts it in the budget of --memory-limit). With
- * --threads N >= 2 the columns are decoded on N threads (the reader
- * thread and N - 1 helpers, sl_wh_pqds_reader_set_threads), each helper
- * with its own page scratch and ZSTD context. */
+ * --threads N >= 2 the columns are decoded, and converted into the
+ * stripe, on N threads (the reader thread and N - 1 helpers, each
+ * converting the columns it decoded, sl_wh_pqds_reader_set_threads), each
+ * helper with its own page scratch and ZSTD context. */
 #include <inttypes.h>
 #include <stdatomic.h>
 
@@ -159,8 +160,9 @@ sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, sl_wh_splits_t *splits, 
         atomic_init(&s->cancel, false);
         rc = sl_wh_pqds_reader_new(ds, features, nf, &s->rd, err);
         if (rc == SL_OK) sl_wh_pqds_reader_set_maps(s->rd, maps);
-        /* the reader thread alone reads a split: its decode on the
-         * worker's cores (the transform threads mostly wait for it) */
+        /* the reader thread alone reads a split: its decode and
+         * conversion on the worker's cores (the transform threads mostly
+         * wait for it) */
         if (rc == SL_OK) rc = sl_wh_pqds_reader_set_threads(s->rd, threads, err);
     }
     if (rc != SL_OK) {

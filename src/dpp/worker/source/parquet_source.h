@@ -16,8 +16,8 @@
  * combined source; its lease hooks are the inner source's. maps[nf]
  * (NULL: none; borrowed, must outlive the source): the transforms at
  * decode of each feature (sl_wh_pqds_reader_set_maps). threads (the
- * worker's --threads): the columns of a split are decoded on that many
- * threads (sl_wh_pqds_reader_set_threads; 0 or 1: the reader thread
+ * worker's --threads): the columns of a split are decoded and converted
+ * on that many threads (sl_wh_pqds_reader_set_threads; 0 or 1: the reader thread
  * alone). @return SL_ERR_NOMEM, SL_ERR_IO (a thread not started). */
 sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, sl_wh_splits_t *splits, uint32_t batch_rows,
                                       uint32_t threads, const char *const *features, uint32_t nf,
