@@ -104,6 +104,13 @@ typedef struct sl_batch {
  * checked for overflow. @return SL_OK, SL_ERR_NOMEM or SL_ERR_INVALID. */
 sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys, const char *const *keys,
                      uint32_t stride, uint64_t num_values, bool weighted);
+/* sl_kjt_init with the lengths left unset, for a caller that writes every
+ * one of them before the KJT is read (the Parquet conversion writes a
+ * stripe's lengths row by row: zeroing them first was a memset of 4 bytes
+ * a key and row for nothing). */
+sl_err_t sl_kjt_init_unset(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys,
+                           const char *const *keys, uint32_t stride, uint64_t num_values,
+                           bool weighted);
 
 /* Check every KJT invariant: stride*num_keys fits, lengths >= 0,
  * sum(lengths) == num_values, keys non-NULL and distinct, buffers present
@@ -155,6 +162,11 @@ uint64_t sl_ikjt_bytes(const sl_ikjt_t *ikjt);
 
 sl_err_t sl_dense_init(sl_dense_t *d, sl_arena_t *arena, uint32_t rows, uint32_t cols,
                        const char *const *names);
+/* sl_dense_init with the values left unset, for a caller that writes
+ * every one before they are read (the Parquet conversion, as
+ * sl_kjt_init_unset). */
+sl_err_t sl_dense_init_unset(sl_dense_t *d, sl_arena_t *arena, uint32_t rows, uint32_t cols,
+                             const char *const *names);
 
 /* ---- batch ---- */
 

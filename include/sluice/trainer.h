@@ -94,6 +94,13 @@ typedef struct sl_trainer_opts {
      * socket) instead of reading it in place. Also on with
      * $SLUICE_TRAINER_SHM_COPY=1. */
     bool shm_copy;
+    /* The user only reads the batches (never writes one, as `sluice read`):
+     * the worker's heap is mapped shared and read-only, so freeing a batch
+     * read in place need not look for written pages to drop (one read of
+     * the page table a batch, about 4 ns a sample). A write into such a
+     * batch faults (SIGSEGV). No effect with shm_copy or without shared
+     * memory. */
+    bool shm_read_only;
 } sl_trainer_opts_t;
 
 /* @return the defaults above (address NULL). */

@@ -49,6 +49,12 @@ sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, siz
 sl_err_t sl_wire_encode(const sl_batch_t *batch, const sl_allocator_t *a, void **frame, size_t *len,
                         sl_error_t *err);
 
+/* sl_wire_encode for a caller that already has size = sl_wire_encoded_size(batch)
+ * (to account the frame before it is made): the batch is not laid out once
+ * more to find it. */
+sl_err_t sl_wire_encode_sized(const sl_batch_t *batch, size_t size, const sl_allocator_t *a,
+                              void **frame, size_t *len, sl_error_t *err);
+
 /* Lay out a frame for a plain batch (no dedup groups) without its data:
  * shape gives the sizes, names and origin (its buffer pointers are not
  * read; sparse.weights non-NULL asks for a weights buffer); buf (SL_ALIGN-aligned, cap >=

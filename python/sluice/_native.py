@@ -137,6 +137,7 @@ class sl_trainer_opts_t(ctypes.Structure):
         ("metrics_address", ctypes.c_char_p),
         ("no_shm", ctypes.c_bool),
         ("shm_copy", ctypes.c_bool),
+        ("shm_read_only", ctypes.c_bool),
     ]
 
 

@@ -47,6 +47,16 @@ static inline int32_t cell_length(const sl_dedup_synth_spec_t *spec, uint64_t *s
     return (int32_t)below(state, 2 * (uint64_t)spec->ids_per_list + 1);
 }
 
+/* The stream of feature k's list in row r: a group feature's from the
+ * row's session (the session's rows get the same list), a plain one's
+ * from the row. Both passes over the lists start from it. */
+static inline uint64_t list_state(const sl_dedup_synth_spec_t *spec, const uint32_t *session,
+                                  uint64_t k, uint32_t r)
+{
+    return k < spec->group_features ? cell_state(spec->seed, DOMAIN_GROUP, session[r], k)
+                                    : cell_state(spec->seed, DOMAIN_PLAIN, r, k);
+}
+
 sl_err_t sl_dedup_synth(const sl_dedup_synth_spec_t *spec, sl_arena_t *arena, sl_kjt_t *out,
                         sl_dedup_group_spec_t *group)
 {
@@ -93,8 +103,7 @@ sl_err_t sl_dedup_synth(const sl_dedup_synth_spec_t *spec, sl_arena_t *arena, sl
     uint64_t total = 0;
     for (uint64_t k = 0; k < K; k++)
         for (uint32_t r = 0; r < B; r++) {
-            uint64_t cs = k < G ? cell_state(spec->seed, DOMAIN_GROUP, session[r], k)
-                                : cell_state(spec->seed, DOMAIN_PLAIN, r, k);
+            uint64_t cs = list_state(spec, session, k, r);
             int32_t len = cell_length(spec, &cs);
             lengths[k * B + r] = len;
             total += (uint64_t)len;
@@ -104,8 +113,7 @@ sl_err_t sl_dedup_synth(const sl_dedup_synth_spec_t *spec, sl_arena_t *arena, sl
     uint64_t at = 0;
     for (uint64_t k = 0; k < K; k++)
         for (uint32_t r = 0; r < B; r++) {
-            uint64_t cs = k < G ? cell_state(spec->seed, DOMAIN_GROUP, session[r], k)
-                                : cell_state(spec->seed, DOMAIN_PLAIN, r, k);
+            uint64_t cs = list_state(spec, session, k, r);
             int32_t len = cell_length(spec, &cs);
             for (int32_t i = 0; i < len; i++)
                 out->values[at + (uint64_t)i] = (int64_t)(next64(&cs) >> 1);

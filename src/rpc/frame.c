@@ -225,38 +225,120 @@ static sl_err_t read_all(sl_rpc_read_fn rd, void *ctx, void *buf, size_t len, si
     return SL_OK;
 }
 
-sl_err_t sl_rpc_send(int fd, sl_rpc_type_t type, const ProtobufCMessage *msg, const void *payload,
-                     size_t payload_len, sl_error_t *err)
+/* What every frame sent passes: a known type, the message of that type
+ * (or none), packed under 4 GiB. *len: the message's packed size. */
+static sl_err_t check_message(sl_rpc_type_t type, const ProtobufCMessage *msg, size_t *len,
+                              sl_error_t *err)
 {
     if (!known_type((uint32_t)type))
         return sl_error_set(err, SL_ERR_INVALID, "send: unknown frame type %u", (unsigned)type);
-    const char *name = sl_rpc_type_name(type);
     if (msg && msg->descriptor != descriptors[type])
-        return sl_error_set(err, SL_ERR_INVALID, "%s frame: message is a %s", name,
-                            msg->descriptor->name);
+        return sl_error_set(err, SL_ERR_INVALID, "%s frame: message is a %s",
+                            sl_rpc_type_name(type), msg->descriptor->name);
+    *len = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    if (*len > UINT32_MAX)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s frame: message of %zu bytes",
+                            sl_rpc_type_name(type), *len);
+    return SL_OK;
+}
+
+/* Header and message of a frame of msg_len (check_message) at out. */
+static void pack_frame(sl_rpc_type_t type, const ProtobufCMessage *msg, size_t msg_len,
+                       uint64_t payload_len, uint8_t *out)
+{
+    sl_rpc_header_t h = {
+        .type = type, .message_len = (uint32_t)msg_len, .payload_len = payload_len};
+    sl_rpc_header_encode(&h, out);
+    if (msg) protobuf_c_message_pack(msg, out + SL_RPC_HEADER_BYTES);
+}
+
+sl_err_t sl_rpc_send(int fd, sl_rpc_type_t type, const ProtobufCMessage *msg, const void *payload,
+                     size_t payload_len, sl_error_t *err)
+{
+    size_t msg_len;
+    SL_FORWARD_IF_ERROR(check_message(type, msg, &msg_len, err));
+    const char *name = sl_rpc_type_name(type);
     if (!payload) payload_len = 0;
     if (payload_len > 0 && type != SL_RPC_BATCH)
         return sl_error_set(err, SL_ERR_INVALID, "%s frame: only batch frames carry a payload",
                             name);
-    size_t msg_len = msg ? protobuf_c_message_get_packed_size(msg) : 0;
-    if (msg_len > UINT32_MAX)
-        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s frame: message of %zu bytes", name, msg_len);
     uint8_t small[SL_RPC_HEADER_BYTES + 256];
     uint8_t *buf = small;
     if (msg_len > sizeof small - SL_RPC_HEADER_BYTES) {
         buf = sl_alloc(NULL, SL_RPC_HEADER_BYTES + msg_len);
         if (!buf) return sl_error_set(err, SL_ERR_NOMEM, "%s frame: out of memory", name);
     }
-    sl_rpc_header_t h = {
-        .type = type, .message_len = (uint32_t)msg_len, .payload_len = payload_len};
-    sl_rpc_header_encode(&h, buf);
-    if (msg) protobuf_c_message_pack(msg, buf + SL_RPC_HEADER_BYTES);
+    pack_frame(type, msg, msg_len, payload_len, buf);
     struct iovec iov[2] = {{.iov_base = buf, .iov_len = SL_RPC_HEADER_BYTES + msg_len},
                            {.iov_base = (void *)payload, .iov_len = payload_len}};
     sl_err_t rc = write_all(fd, iov, payload_len > 0 ? 2 : 1, err);
     if (buf != small) sl_free(NULL, buf, SL_RPC_HEADER_BYTES + msg_len);
     if (rc != SL_OK) sl_error_prefix(err, "%s frame: ", name);
     return rc;
+}
+
+sl_err_t sl_rpc_send_frames(int fd, size_t n, const sl_rpc_type_t *types,
+                            const ProtobufCMessage *const *msgs, sl_error_t *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (types[i] == SL_RPC_BATCH)
+            return sl_error_set(err, SL_ERR_INVALID, "send: frame type %u cannot go with others",
+                                (unsigned)types[i]);
+        size_t len;
+        SL_FORWARD_IF_ERROR(check_message(types[i], msgs[i], &len, err));
+        if (total > SIZE_MAX / 2)
+            return sl_error_set(err, SL_ERR_TOO_LARGE, "send: %zu frames of %zu bytes", n, total);
+        total += SL_RPC_HEADER_BYTES + len;
+    }
+    if (total == 0) return SL_OK;
+    uint8_t small[1024];
+    uint8_t *buf = total <= sizeof small ? small : sl_alloc(NULL, total);
+    if (!buf) return sl_error_set(err, SL_ERR_NOMEM, "send: out of memory for %zu bytes", total);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = msgs[i] ? protobuf_c_message_get_packed_size(msgs[i]) : 0;
+        pack_frame(types[i], msgs[i], len, 0, buf + at);
+        at += SL_RPC_HEADER_BYTES + len;
+    }
+    struct iovec iov = {.iov_base = buf, .iov_len = total};
+    sl_err_t rc = write_all(fd, &iov, 1, err);
+    if (buf != small) sl_free(NULL, buf, total);
+    if (rc != SL_OK) sl_error_prefix(err, "%s frame: ", sl_rpc_type_name(types[0]));
+    return rc;
+}
+
+void sl_rpc_inbuf_init(sl_rpc_inbuf_t *b, int fd)
+{
+    b->fd = fd;
+    b->at = b->end = 0;
+}
+
+bool sl_rpc_inbuf_frame_ready(const sl_rpc_inbuf_t *b)
+{
+    uint64_t have = b->end - b->at;
+    if (have < SL_RPC_HEADER_BYTES) return false;
+    const uint8_t *h = b->buf + b->at;
+    uint64_t need = SL_RPC_HEADER_BYTES + get_le(h + 8, 4);
+    uint64_t payload = get_le(h + 16, 8);
+    return payload <= have && need + payload <= have;
+}
+
+ssize_t sl_rpc_inbuf_read(void *ctx, void *buf, size_t len)
+{
+    sl_rpc_inbuf_t *b = ctx;
+    if (b->at == b->end) {
+        /* a large read (a payload) goes to its place: no second copy */
+        if (len >= sizeof b->buf) return read(b->fd, buf, len);
+        ssize_t got = read(b->fd, b->buf, sizeof b->buf);
+        if (got <= 0) return got;
+        b->at = 0;
+        b->end = (uint32_t)got;
+    }
+    size_t k = b->end - b->at < len ? b->end - b->at : len;
+    memcpy(buf, b->buf + b->at, k);
+    b->at += (uint32_t)k;
+    return (ssize_t)k;
 }
 
 static ssize_t read_fd(void *ctx, void *buf, size_t len)

@@ -136,6 +136,44 @@ sl_err_t sl_rpc_recv_from(sl_rpc_read_fn read, void *ctx, const sl_rpc_limits_t 
 /* Frees frame->msg and frame->payload; frame may be NULL. */
 void sl_rpc_frame_free(sl_rpc_frame_t *frame);
 
+/* Send n message-only frames (types[i], msgs[i]; a NULL message is empty)
+ * back to back in one sendmsg where the kernel takes them: the bytes on the
+ * wire are those of n sl_rpc_send calls, so a peer reads n frames; one
+ * system call and one wake-up of the peer instead of n (a trainer's ACK and
+ * the credit that goes with it). Same rules and errors as sl_rpc_send; no
+ * BATCH frames (they carry a payload). n == 0 sends nothing. */
+sl_err_t sl_rpc_send_frames(int fd, size_t n, const sl_rpc_type_t *types,
+                            const ProtobufCMessage *const *msgs, sl_error_t *err);
+
+/* A buffered byte source over a blocking socket for sl_rpc_recv_from: each
+ * read(2) takes what the socket holds, up to SL_RPC_INBUF_BYTES, so the
+ * small frames a peer sent together (an ACK and a REQUEST, a header and its
+ * message) come out of one system call instead of one per part; a read of
+ * more than the buffer holds, once the buffer is drained, goes straight to
+ * the caller's memory (a batch's payload is not copied twice). The
+ * socket's SO_RCVTIMEO still bounds each read(2). Not for two threads at
+ * once. While sl_rpc_inbuf_buffered is not 0 a poll(2) of the socket may
+ * not say that a frame is waiting: receive before polling. */
+#define SL_RPC_INBUF_BYTES 4096
+typedef struct sl_rpc_inbuf {
+    int fd;
+    uint32_t at, end; /* buffered bytes: buf[at, end) */
+    uint8_t buf[SL_RPC_INBUF_BYTES];
+} sl_rpc_inbuf_t;
+
+void sl_rpc_inbuf_init(sl_rpc_inbuf_t *b, int fd);
+/* An sl_rpc_read_fn; ctx is an sl_rpc_inbuf_t. */
+ssize_t sl_rpc_inbuf_read(void *ctx, void *buf, size_t len);
+/* Bytes read from the socket that no frame has taken yet. */
+static inline size_t sl_rpc_inbuf_buffered(const sl_rpc_inbuf_t *b)
+{
+    return b->end - b->at;
+}
+/* Is a whole frame buffered, so that the next receive takes no system call
+ * and cannot block? (Sizes as its header says; a malformed header is for
+ * that receive to refuse.) */
+bool sl_rpc_inbuf_frame_ready(const sl_rpc_inbuf_t *b);
+
 /* Send an ERROR frame with code and message, best effort (errors ignored).
  * The sender closes the connection after it (docs/PROTOCOL.md). */
 void sl_rpc_send_error(int fd, sl_err_t code, const char *message);

@@ -75,8 +75,10 @@ typedef struct sl_rpc_shm_map {
     const uint8_t *base;
     uint64_t size;
     bool hold;
+    bool read_only; /* a hold mapped shared and read-only (sl_rpc_shm_attach_read) */
     int hold_fd;
-    int pagemap_fd; /* with a hold: /proc/self/pagemap, or -1 */
+    int pagemap_fd;    /* with a hold: /proc/self/pagemap, or -1 */
+    bool pagemap_scan; /* the kernel has PAGEMAP_SCAN (Linux 6.7) */
 } sl_rpc_shm_map_t;
 
 /* Connect to the abstract socket name, present nonce, receive the memfd and
@@ -88,6 +90,14 @@ typedef struct sl_rpc_shm_map {
  * SL_ERR_PROTOCOL for a malformed reply or memfd, SL_ERR_IO. */
 sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_len,
                            uint64_t deadline_ms, sl_rpc_shm_map_t *out, sl_error_t *err);
+
+/* sl_rpc_shm_attach with read_only: a hold is mapped PROT_READ, MAP_SHARED
+ * as without one (out->read_only set), for a client whose user only reads
+ * the batches (sluice read): a write faults, and a release has no copies
+ * to look for (sl_rpc_shm_forget reads no page table). */
+sl_err_t sl_rpc_shm_attach_read(const char *name, const uint8_t *nonce, size_t nonce_len,
+                                uint64_t deadline_ms, bool read_only, sl_rpc_shm_map_t *out,
+                                sl_error_t *err);
 
 /* A block of a held mapping [off, off + len) goes back to the worker:
  * drop this process's copies of its pages (writes made into a batch read

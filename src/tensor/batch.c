@@ -6,15 +6,17 @@
 
 #include "common/err.h"
 
-sl_err_t sl_dense_init(sl_dense_t *d, sl_arena_t *arena, uint32_t rows, uint32_t cols,
-                       const char *const *names)
+/* sl_dense_init and sl_dense_init_unset: zeroed values or not. */
+static sl_err_t dense_init(sl_dense_t *d, sl_arena_t *arena, uint32_t rows, uint32_t cols,
+                           const char *const *names, bool zero)
 {
     memset(d, 0, sizeof *d);
     d->rows = rows;
     d->cols = cols;
     size_t n = sl_mul_size(rows, cols);
     if (n == SIZE_MAX) return SL_ERR_INVALID;
-    d->data = sl_arena_calloc(arena, n, sizeof(float));
+    d->data = zero ? sl_arena_calloc(arena, n, sizeof(float))
+                   : sl_arena_alloc(arena, sl_mul_size(n, sizeof(float)));
     if (d->data == NULL) return SL_ERR_NOMEM;
     if (names != NULL && cols > 0) {
         d->names = sl_arena_alloc(arena, (size_t)cols * sizeof(char *));
@@ -26,6 +28,18 @@ sl_err_t sl_dense_init(sl_dense_t *d, sl_arena_t *arena, uint32_t rows, uint32_t
         }
     }
     return SL_OK;
+}
+
+sl_err_t sl_dense_init(sl_dense_t *d, sl_arena_t *arena, uint32_t rows, uint32_t cols,
+                       const char *const *names)
+{
+    return dense_init(d, arena, rows, cols, names, true);
+}
+
+sl_err_t sl_dense_init_unset(sl_dense_t *d, sl_arena_t *arena, uint32_t rows, uint32_t cols,
+                             const char *const *names)
+{
+    return dense_init(d, arena, rows, cols, names, false);
 }
 
 sl_batch_t *sl_batch_new(const sl_allocator_t *a)

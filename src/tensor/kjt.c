@@ -6,8 +6,10 @@
 #include <inttypes.h>
 #include <string.h>
 
-sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys, const char *const *keys,
-                     uint32_t stride, uint64_t num_values, bool weighted)
+/* sl_kjt_init and sl_kjt_init_unset: zeroed lengths or not. */
+static sl_err_t kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys,
+                         const char *const *keys, uint32_t stride, uint64_t num_values,
+                         bool weighted, bool zero)
 {
     memset(kjt, 0, sizeof *kjt);
     size_t rows = sl_mul_size(num_keys, stride);
@@ -16,7 +18,8 @@ sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys, const 
     kjt->stride = stride;
     kjt->num_values = num_values;
     kjt->keys = sl_arena_alloc(arena, sl_mul_size(num_keys, sizeof(char *)));
-    kjt->lengths = sl_arena_calloc(arena, rows, sizeof(int32_t));
+    kjt->lengths = zero ? sl_arena_calloc(arena, rows, sizeof(int32_t))
+                        : sl_arena_alloc(arena, sl_mul_size(rows, sizeof(int32_t)));
     kjt->values = sl_arena_alloc(arena, (size_t)num_values * sizeof(int64_t));
     if (kjt->keys == NULL || kjt->lengths == NULL || kjt->values == NULL) return SL_ERR_NOMEM;
     if (weighted) {
@@ -29,6 +32,19 @@ sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys, const 
         if (kjt->keys[k] == NULL) return SL_ERR_NOMEM;
     }
     return SL_OK;
+}
+
+sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys, const char *const *keys,
+                     uint32_t stride, uint64_t num_values, bool weighted)
+{
+    return kjt_init(kjt, arena, num_keys, keys, stride, num_values, weighted, true);
+}
+
+sl_err_t sl_kjt_init_unset(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys,
+                           const char *const *keys, uint32_t stride, uint64_t num_values,
+                           bool weighted)
+{
+    return kjt_init(kjt, arena, num_keys, keys, stride, num_values, weighted, false);
 }
 
 /* Sum of n lengths, and whether any is negative (the sum is then

@@ -437,7 +437,14 @@ sl_err_t sl_wire_encode(const sl_batch_t *batch, const sl_allocator_t *a, void *
     *frame = NULL;
     *len = 0;
     if (batch == NULL) return sl_error_set(err, SL_ERR_INVALID, "encode: batch is NULL");
-    size_t size = sl_wire_encoded_size(batch);
+    return sl_wire_encode_sized(batch, sl_wire_encoded_size(batch), a, frame, len, err);
+}
+
+sl_err_t sl_wire_encode_sized(const sl_batch_t *batch, size_t size, const sl_allocator_t *a,
+                              void **frame, size_t *len, sl_error_t *err)
+{
+    *frame = NULL;
+    *len = 0;
     if (size == 0)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "encode: batch of %u rows: sizes overflow",
                             batch->batch_size);

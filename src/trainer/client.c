@@ -131,6 +131,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
      * blocks to own whole pages: not on a machine with pages larger */
     t->shm_hold = !opts->shm_copy && !(copy_env && strcmp(copy_env, "1") == 0) &&
                   sysconf(_SC_PAGESIZE) == (long)SL_RPC_SHM_BLOCK_ALIGN;
+    t->shm_read_only = opts->shm_read_only;
     t->ack_ms = TR_ACK_MS_DEFAULT;
     const char *every_env = getenv("SLUICE_TRAINER_ACK_EVERY");
     const char *ms_env = getenv("SLUICE_TRAINER_ACK_MS");
@@ -254,9 +255,8 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
          * mode did when the master answered its commit); the credit goes
          * with it, at once: both frames are tiny and the worker's next
          * batch waits for the credit. */
-        if (!it->acked) tr_conn_ack_locked(t, it->conn, it->delivery_id);
         *out = it->batch;
-        tr_item_leave_locked(t, it, false);
+        tr_item_hand_out_locked(t, it);
     }
     sl_mutex_unlock(&t->mu);
     /* freshness: at the hand-over, outside the lock */

@@ -54,36 +54,39 @@ void tr_ready_push_locked(sl_trainer_t *t, tr_item_t *it)
     pthread_cond_broadcast(&t->cv);
 }
 
-void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch)
+/* tr_item_leave_locked, with the ACK of ack_id first when it is not 0. */
+static void leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch, uint64_t ack_id)
+    SL_REQUIRES(t->mu)
 {
     tr_conn_t *c = it->conn;
     if (free_batch) sl_batch_destroy(it->batch);
     sl_free(t->a, it, sizeof *it);
     c->held--;
+    /* One credit back keeps held + in flight <= window on the current
+     * connection; a connection that opens later grants window - held. */
+    if (!t->order && !t->fleet) {
+        tr_conn_ack_credit_locked(t, c, ack_id);
+        return;
+    }
+    if (ack_id) tr_conn_ack_locked(t, c, ack_id);
     if (t->order) {
         /* the deterministic order: batches go on the g-window, which the
          * hand-out moved (to every worker: any may hold the next one) */
         tr_order_push_window_locked(t);
         return;
     }
-    /* One credit back keeps held + in flight <= window on the current
-     * connection; a connection that opens later grants window - held.
-     * Master mode withholds it with the acks (tr_conn_later_locked). */
-    if (t->fleet) {
-        tr_conn_later_locked(t, c, 0, true);
-        return;
-    }
-    sl_mutex_lock(&c->send_mu);
-    if (c->fd >= 0 && c->send_ready && !c->stop) {
-        Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
-        req.credits = 1;
-        atomic_fetch_add(&c->granted, 1);
-        /* A failed send leaves the stream out of step: the connection's
-         * thread sees the shutdown and reconnects. */
-        if (sl_rpc_send(c->fd, SL_RPC_REQUEST, &req.base, NULL, 0, NULL) != SL_OK)
-            shutdown(c->fd, SHUT_RDWR);
-    }
-    sl_mutex_unlock(&c->send_mu);
+    /* master mode withholds the credit with the acks */
+    tr_conn_later_locked(t, c, 0, true);
+}
+
+void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch)
+{
+    leave_locked(t, it, free_batch, 0);
+}
+
+void tr_item_hand_out_locked(sl_trainer_t *t, tr_item_t *it)
+{
+    leave_locked(t, it, false, it->acked ? 0 : it->delivery_id);
 }
 
 void tr_drop_unacked_locked(sl_trainer_t *t, const tr_conn_t *c)

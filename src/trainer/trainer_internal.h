@@ -158,8 +158,9 @@ struct sl_trainer {
     uint32_t rank, world_size;
     sl_wire_limits_t wire_limits;
     sl_rpc_limits_t rpc_limits;
-    char *secret;  /* the cluster secret (rpc/auth.h), NULL: none */
-    bool shm;      /* offer the shared-memory hand-over (opts.no_shm, $SLUICE_TRAINER_SHM) */
+    char *secret;       /* the cluster secret (rpc/auth.h), NULL: none */
+    bool shm;           /* offer the shared-memory hand-over (opts.no_shm, $SLUICE_TRAINER_SHM) */
+    bool shm_read_only; /* opts.shm_read_only: map the heap read-only */
     bool shm_hold; /* and read its frames in place (opts.shm_copy, $SLUICE_TRAINER_SHM_COPY=1: copy
                       them) */
     /* Master mode: a worker gets acks and credits ack_every at a time (0:
@@ -220,6 +221,12 @@ void tr_ready_push_locked(sl_trainer_t *t, tr_item_t *it) SL_REQUIRES(t->mu);
 /* An item leaves the client: free it (and its batch unless handed out) and
  * give its connection the credit back. Caller holds mu (takes send_mu). */
 void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch) SL_REQUIRES(t->mu);
+
+/* sl_trainer_next hands it out: tr_item_leave_locked without freeing the
+ * batch, and the ACK of its delivery unless it was acknowledged (master
+ * mode, at its commit); in direct mode the ACK and the credit leave in one
+ * sendmsg. Caller holds mu. */
+void tr_item_hand_out_locked(sl_trainer_t *t, tr_item_t *it) SL_REQUIRES(t->mu);
 
 /* c's connection broke: drop the ready items it delivered that are not
  * acknowledged (they belong to the worker again). Counted in dropped.
@@ -378,6 +385,14 @@ void tr_conn_free(tr_conn_t *c);
  * (bounded: beyond pending_cap the ack is lost and the worker delivers that
  * batch once more). Caller holds t->mu (t is c->t). */
 void tr_conn_ack_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id) SL_REQUIRES(t->mu);
+
+/* Direct mode, a batch handed out: ACK delivery_id (0: none) with the
+ * releases that wait, and give one credit back, the two frames in one
+ * sendmsg (what tr_conn_ack_locked and a REQUEST of 1 credit send apart).
+ * The ACK is kept for the next connection as tr_conn_ack_locked keeps it.
+ * Caller holds t->mu (t is c->t). */
+void tr_conn_ack_credit_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id)
+    SL_REQUIRES(t->mu);
 
 /* Master mode: the ACK of delivery_id (its commit was answered) and, with
  * credit, one credit back, withheld until c has k of either (k =

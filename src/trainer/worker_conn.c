@@ -62,20 +62,36 @@ void tr_conn_free(tr_conn_t *c)
     sl_free(a, c, sizeof *c);
 }
 
-/* Under send_mu, connected: ACK ids (n may be 0) and the releases of
- * batches read in place that wait, in one frame when there is either. */
-static sl_err_t send_ack_locked(tr_conn_t *c, uint64_t *ids, size_t n) SL_REQUIRES(c->send_mu)
+/* Under send_mu: an ACK of ids[n] with the releases that wait (no ACK
+ * when there are neither) and a REQUEST of credits (0: none), in one
+ * sendmsg: the worker reads both at once and wakes its sender once; the
+ * bytes are those of the frames sent apart. Releases that do not get
+ * through are freed when the hold ends. */
+static sl_err_t send_ack_locked(tr_conn_t *c, uint64_t *ids, size_t n, uint32_t credits)
+    SL_REQUIRES(c->send_mu)
 {
     uint64_t rel[256];
     uint32_t nrel = tr_shm_take(c->shm, rel, 256);
-    if (n == 0 && nrel == 0) return SL_OK;
     Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
     ack.n_delivery_ids = n;
     ack.delivery_ids = ids;
     ack.n_released_ids = nrel;
     ack.released_ids = rel;
-    /* releases that do not get through are freed when the hold ends */
-    return sl_rpc_send(c->fd, SL_RPC_ACK, &ack.base, NULL, 0, NULL);
+    Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
+    req.credits = credits;
+    sl_rpc_type_t types[2];
+    const ProtobufCMessage *msgs[2];
+    size_t k = 0;
+    if (n > 0 || nrel > 0) {
+        types[k] = SL_RPC_ACK;
+        msgs[k++] = &ack.base;
+    }
+    if (credits > 0) {
+        types[k] = SL_RPC_REQUEST;
+        msgs[k++] = &req.base;
+        atomic_fetch_add(&c->granted, credits);
+    }
+    return sl_rpc_send_frames(c->fd, k, types, msgs, NULL);
 }
 
 /* Under send_mu: send c's withheld acks (as one ACK) and credits (as one
@@ -89,14 +105,8 @@ static void flush_locked(tr_conn_t *c, bool credits) SL_REQUIRES(c->send_mu)
         c->credits_later = 0;
         return;
     }
-    sl_err_t rc = send_ack_locked(c, c->pending, c->npending);
+    sl_err_t rc = send_ack_locked(c, c->pending, c->npending, credits ? c->credits_later : 0);
     if (rc == SL_OK) c->npending = 0;
-    if (rc == SL_OK && credits && c->credits_later > 0) {
-        Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
-        req.credits = c->credits_later;
-        atomic_fetch_add(&c->granted, c->credits_later);
-        rc = sl_rpc_send(c->fd, SL_RPC_REQUEST, &req.base, NULL, 0, NULL);
-    }
     c->credits_later = 0;
     /* a failed send leaves the stream out of step: the connection's thread
      * sees the shutdown and reconnects */
@@ -168,9 +178,10 @@ void tr_conn_stop_locked(sl_trainer_t *t, tr_conn_t *c, const char *reason)
     pthread_cond_broadcast(&t->cv);
 }
 
-void tr_conn_ack_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id)
+/* The ACK of delivery_id (0: none, the releases that wait only) and
+ * credits; an ACK that cannot be sent is kept for the next connection. */
+static void ack_locked(tr_conn_t *c, uint64_t delivery_id, uint32_t credits)
 {
-    (void)t; /* the lock the caller holds (c->t's) */
     sl_mutex_lock(&c->send_mu);
     sl_err_t rc = SL_ERR_CLOSED;
     if (c->fd >= 0 && c->send_ready) {
@@ -178,11 +189,24 @@ void tr_conn_ack_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id)
          * connection than the batch's is understood (the worker ignores an
          * id it no longer holds: docs/PROTOCOL.md). */
         uint64_t id = delivery_id;
-        rc = send_ack_locked(c, &id, 1);
+        rc = send_ack_locked(c, &id, delivery_id ? 1 : 0, credits);
         if (rc != SL_OK) shutdown(c->fd, SHUT_RDWR); /* its thread reconnects */
     }
-    if (rc != SL_OK && c->npending < c->pending_cap) c->pending[c->npending++] = delivery_id;
+    if (rc != SL_OK && delivery_id && c->npending < c->pending_cap)
+        c->pending[c->npending++] = delivery_id;
     sl_mutex_unlock(&c->send_mu);
+}
+
+void tr_conn_ack_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id)
+{
+    (void)t; /* the lock the caller holds (c->t's) */
+    ack_locked(c, delivery_id, 0);
+}
+
+void tr_conn_ack_credit_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id)
+{
+    (void)t;
+    ack_locked(c, delivery_id, c->stop ? 0 : 1);
 }
 
 static bool stopping(tr_conn_t *c)
@@ -302,8 +326,8 @@ static bool attach_shm(tr_conn_t *c, uint64_t deadline_ms)
     if (!c->shm_socket[0]) return false;
     sl_error_t e = {0};
     sl_rpc_shm_map_t map;
-    sl_err_t rc =
-        sl_rpc_shm_attach(c->shm_socket, c->shm_nonce, c->shm_nonce_len, deadline_ms, &map, &e);
+    sl_err_t rc = sl_rpc_shm_attach_read(c->shm_socket, c->shm_nonce, c->shm_nonce_len, deadline_ms,
+                                         c->t->shm_read_only, &map, &e);
     tr_shm_t *m = rc == SL_OK ? tr_shm_new(c->t->a, &map) : NULL;
     if (rc == SL_OK && !m) {
         sl_rpc_shm_detach(&map);
@@ -616,9 +640,13 @@ static conn_end_t receive(tr_conn_t *c, sl_error_t *e)
     int fd = c->fd;
     sl_mutex_unlock(&c->send_mu);
     uint64_t received = 0;
+    /* buffered: a descriptor's header and message (zero copy), or a
+     * batch's header, message and first bytes, in one read */
+    sl_rpc_inbuf_t in;
+    sl_rpc_inbuf_init(&in, fd);
     for (;;) {
         sl_rpc_frame_t f;
-        sl_err_t rc = sl_rpc_recv(fd, &t->rpc_limits, t->a, &f, e);
+        sl_err_t rc = sl_rpc_recv_from(sl_rpc_inbuf_read, &in, &t->rpc_limits, t->a, &f, e);
         if (rc != SL_OK) return tr_stream_broken(rc) ? violation(c, fd, e) : CONN_LOST;
         atomic_fetch_add(&t->bytes, f.wire_bytes);
         conn_end_t end = CONN_REFUSED;
@@ -694,6 +722,8 @@ static sl_err_t attempt(void *ctx, int timeout_ms, bool *refused, sl_error_t *er
 static void *conn_main(void *arg)
 {
     tr_conn_t *c = arg;
+    /* named for profiles of a trainer process (top -H, perf) */
+    pthread_setname_np(pthread_self(), "sl-t-conn");
     sl_trainer_t *t = c->t;
     sl_mutex_lock(&t->mu);
     bool up = c->connected; /* direct mode: connected by sl_trainer_connect */

@@ -22,6 +22,13 @@ void sl_admin_ui_reply(sl_admin_response_t *resp, const char *name)
     sl_admin_reply_text(resp, 200, a->content_type, a->data);
 }
 
+void sl_admin_ui_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)ctx;
+    (void)req;
+    sl_admin_ui_reply(resp, "status.html");
+}
+
 void sl_admin_ui_handler(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
 {
     (void)ctx;

@@ -39,6 +39,10 @@ const sl_admin_asset_t *sl_admin_ui_find(const char *name);
 /* Answer with the asset named name (200), or 404 when there is none. */
 void sl_admin_ui_reply(sl_admin_response_t *resp, const char *name);
 
+/* Route handler for "/": the status page (one page for master and worker:
+ * it asks the endpoint's /status which it is). */
+void sl_admin_ui_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp);
+
 /* Route handler for "/ui/{}": the shared script and style sheet. */
 void sl_admin_ui_handler(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp);
 

@@ -136,7 +136,7 @@ sl_err_t sl_pipeline_job_load(const char *path, sl_pipeline_job_t **out,
             const char *slash = strrchr(path, '/');
             if (slash != NULL && (size_t)(slash - path) + 1 < sizeof dir)
                 memcpy(dir, path, (size_t)(slash - path) + 1);
-            sl_pipeline_bind_anyway(buf, len, dir[0] ? dir : NULL, problems);
+            sl_pipeline_bind_anyway(buf, len, dir[0] ? dir : NULL, NULL, problems);
             sl_pipeline_problems_error(problems, 0, "job spec", err);
         }
         if (rc != SL_OK) sl_error_prefix(err, "%s: ", path);

@@ -303,7 +303,7 @@ void sl_pipeline_lenient_destroy(sl_pipeline_lenient_t *l)
 }
 
 void sl_pipeline_bind_anyway(const char *text, size_t len, const char *base_dir,
-                             sl_pipeline_problems_t *problems)
+                             const struct sl_store_opts *store, sl_pipeline_problems_t *problems)
 {
     sl_pipeline_lenient_t *l = sl_pipeline_lenient_new(text, len, problems);
     if (l == NULL) return;
@@ -316,14 +316,15 @@ void sl_pipeline_bind_anyway(const char *text, size_t len, const char *base_dir,
     } else if (l->job->parquet != NULL) {
         sl_wh_pqds_t *ds = NULL;
         sl_error_t err = {0};
-        if (sl_wh_pqds_open(l->job->parquet, l->job->parquet_columns, l->job->partitions, NULL,
-                            NULL, NULL, &ds, &err) == SL_OK)
+        if (sl_wh_pqds_open_with(l->job->parquet, store, l->job->parquet_columns,
+                                 l->job->partitions, NULL, NULL, NULL, &ds, &err) == SL_OK)
             sl_pipeline_lenient_bind(l, sl_wh_pqds_mapping(ds)->schema, problems);
         sl_wh_pqds_destroy(ds);
     } else {
         sl_wh_table_t *t = NULL;
         sl_error_t err = {0};
-        if (l->job->table != NULL && sl_wh_table_open(l->job->table, NULL, &t, &err) == SL_OK)
+        if (l->job->table != NULL &&
+            sl_wh_table_open_with(l->job->table, store, NULL, &t, &err) == SL_OK)
             sl_pipeline_lenient_bind(l, sl_wh_table_schema(t), problems);
         sl_wh_table_close(t);
     }

@@ -38,12 +38,15 @@ void sl_pipeline_lenient_destroy(sl_pipeline_lenient_t *l);
 
 /* All of the above for a spec whose parse found problems: prune, open the
  * source's table (or the Parquet dataset's mapping, or the Kafka block's
- * schema) and add the binding
- * problems to problems. Relative vocabulary paths resolve against base_dir
- * (NULL: the working directory). Nothing is added when nothing can be
- * bound (lenient_new's NULL, a table that does not open: its problem is
- * the source's, reported when the spec is fixed). */
+ * schema) and add the binding problems to problems. A table or dataset at
+ * an s3:// URL is opened with the options of its store, store (as
+ * sl_wh_table_open_with; NULL: the defaults), as the first look opens it.
+ * Relative vocabulary paths resolve against base_dir (NULL: the working
+ * directory). Nothing is added when nothing can be bound (lenient_new's
+ * NULL, a table that does not open: its problem is the source's, reported
+ * when the spec is fixed). */
+struct sl_store_opts;
 void sl_pipeline_bind_anyway(const char *text, size_t len, const char *base_dir,
-                             sl_pipeline_problems_t *problems);
+                             const struct sl_store_opts *store, sl_pipeline_problems_t *problems);
 
 #endif

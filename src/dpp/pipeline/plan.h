@@ -107,6 +107,11 @@ typedef struct sl_pipeline_fused sl_pipeline_fused_t;
 sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t *shape,
                                sl_pipeline_fused_t **out, sl_error_t *err);
 void sl_pipeline_fused_destroy(sl_pipeline_fused_t *f);
+/* Can the plan's transforms fuse at all, whatever the rows' shape: every
+ * one is an op sl_pipeline_fused_new takes and none creates a feature?
+ * false: sl_pipeline_fused_new gives NULL for any shape (a worker asks
+ * its reader for no block offsets then). */
+bool sl_pipeline_plan_may_fuse(const sl_pipeline_plan_t *plan);
 /* Ids kept per list of key k (its first_x transforms' smallest x; the
  * lists are cut to it while copied, before sl_pipeline_fused_key), or
  * INT32_MAX. */

@@ -270,8 +270,40 @@ static sl_err_t assemble_dense(state_t *s, sl_error_t *err)
     return SL_OK;
 }
 
+/* Would the passes below leave batch as it is? Yes when no transform is
+ * left to run (none, or every one ran in the reader at decode), the batch
+ * has no dedup groups and no weights (assemble drops weights no output
+ * carries), and every feature and dense column is an output. Placing the
+ * columns sums every length (add_place): on a Parquet job at --threads 2
+ * that pass was 1.3 % of the worker, the transform thread's largest cost
+ * after the encode (docs/BENCHMARKS.md, "Parquet source, sixteenth
+ * pass"), for a batch that comes out unchanged. Its check is not lost:
+ * the encoder checks that the lengths are non-negative and sum to the
+ * values as it copies them, and a cache file's writer validates the
+ * batch (sl_batch_validate). */
+static bool unchanged(const sl_pipeline_plan_t *plan, const sl_batch_t *batch)
+{
+    if (batch->num_groups || batch->sparse.weights) return false;
+    for (uint32_t i = 0; i < plan->num_transforms; i++)
+        if (!plan->transforms[i].at_decode) return false;
+    const sl_kjt_t *kjt = &batch->sparse;
+    for (uint32_t k = 0; k < kjt->num_keys; k++)
+        if (!listed(plan->keep, plan->num_keep, kjt->keys[k])) return false;
+    const sl_dense_t *d = &batch->dense;
+    for (uint32_t c = 0; d->names && c < d->cols; c++)
+        if (!listed(plan->keep, plan->num_keep, d->names[c])) return false;
+    return true;
+}
+
 sl_err_t dpp_transform_batch(const sl_pipeline_plan_t *plan, sl_batch_t *batch, sl_error_t *err)
 {
+    if (batch->sparse.stride != batch->batch_size && batch->sparse.num_keys > 0)
+        return sl_error_set(err, SL_ERR_INVALID, "transform: plain KJT stride %u != batch size %u",
+                            batch->sparse.stride, batch->batch_size);
+    if (batch->dense.cols > 0 && batch->dense.rows != batch->batch_size)
+        return sl_error_set(err, SL_ERR_INVALID, "transform: dense rows %u != batch size %u",
+                            batch->dense.rows, batch->batch_size);
+    if (unchanged(plan, batch)) return SL_OK;
     state_t s = {plan, batch, NULL, 0, 0, NULL};
     uint32_t inputs = batch->sparse.num_keys;
     for (uint32_t g = 0; g < batch->num_groups; g++)
@@ -283,12 +315,6 @@ sl_err_t dpp_transform_batch(const sl_pipeline_plan_t *plan, sl_batch_t *batch, 
     s.dense_keep = sl_arena_alloc(batch->arena, (size_t)batch->dense.cols + 1);
     if (s.cols == NULL || s.dense_keep == NULL)
         return sl_error_set(err, SL_ERR_NOMEM, "transform: out of memory");
-    if (batch->sparse.stride != batch->batch_size && batch->sparse.num_keys > 0)
-        return sl_error_set(err, SL_ERR_INVALID, "transform: plain KJT stride %u != batch size %u",
-                            batch->sparse.stride, batch->batch_size);
-    if (batch->dense.cols > 0 && batch->dense.rows != batch->batch_size)
-        return sl_error_set(err, SL_ERR_INVALID, "transform: dense rows %u != batch size %u",
-                            batch->dense.rows, batch->batch_size);
     sl_err_t rc = add_place(&s, &batch->sparse, -1, err);
     for (uint32_t g = 0; g < batch->num_groups && rc == SL_OK; g++)
         rc = add_place(&s, &batch->groups[g].unique, (int)g, err);

@@ -56,6 +56,29 @@ void sl_pipeline_fused_destroy(sl_pipeline_fused_t *f)
     sl_free(a, f, sizeof *f);
 }
 
+/* An op on ids that works value by value in place (or first_x). */
+static bool sparse_op(const dpp_transform_t *t)
+{
+    return t->op == OP_SIGRID_HASH || t->op == OP_MODULO || t->op == OP_MAP_VOCAB ||
+           t->op == OP_FIRST_X;
+}
+
+/* An op on dense values that works value by value in place. */
+static bool dense_op(const dpp_transform_t *t)
+{
+    return t->op == OP_FILL_MISSING || t->op == OP_CLAMP || t->op == OP_LOG1P ||
+           t->op == OP_NORMALIZE || t->op == OP_BOXCOX;
+}
+
+bool sl_pipeline_plan_may_fuse(const sl_pipeline_plan_t *plan)
+{
+    for (uint32_t i = 0; i < plan->num_transforms; i++) {
+        const dpp_transform_t *t = &plan->transforms[i];
+        if ((!sparse_op(t) && !dense_op(t)) || t->out != NULL) return false;
+    }
+    return true;
+}
+
 sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t *shape,
                                sl_pipeline_fused_t **out, sl_error_t *err)
 {
@@ -69,16 +92,13 @@ sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t 
         if (!kept(plan, kjt->keys[k])) return SL_OK;
     for (uint32_t c = 0; c < shape->dense.cols; c++)
         if (!kept(plan, shape->dense.names[c])) return SL_OK;
+    if (!sl_pipeline_plan_may_fuse(plan)) return SL_OK;
     for (uint32_t i = 0; i < plan->num_transforms; i++) {
         const dpp_transform_t *t = &plan->transforms[i];
-        bool sparse = t->op == OP_SIGRID_HASH || t->op == OP_MODULO || t->op == OP_MAP_VOCAB ||
-                      t->op == OP_FIRST_X;
-        bool dense = t->op == OP_FILL_MISSING || t->op == OP_CLAMP || t->op == OP_LOG1P ||
-                     t->op == OP_NORMALIZE || t->op == OP_BOXCOX;
-        if ((!sparse && !dense) || t->out != NULL) return SL_OK;
         /* a feature the batch lacks: the general path names it */
-        if (sparse && find_name(kjt->keys, kjt->num_keys, t->in[0]) < 0) return SL_OK;
-        if (dense && find_name(shape->dense.names, shape->dense.cols, t->in[0]) < 0) return SL_OK;
+        if (sparse_op(t) && find_name(kjt->keys, kjt->num_keys, t->in[0]) < 0) return SL_OK;
+        if (dense_op(t) && find_name(shape->dense.names, shape->dense.cols, t->in[0]) < 0)
+            return SL_OK;
     }
     const sl_allocator_t *a = plan->a;
     sl_pipeline_fused_t *f = sl_calloc(a, 1, sizeof *f);

@@ -115,6 +115,23 @@ sl_err_t sl_master_journal_scan(const void *buf, size_t len, const char *name, s
     return SL_OK;
 }
 
+void mj_journal_header(uint8_t head[SL_MASTER_JOURNAL_HEADER_BYTES], uint64_t gen)
+{
+    memcpy(head, SL_MASTER_JOURNAL_MAGIC, 4);
+    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
+    sl_le_put_u64(head + 8, gen);
+}
+
+void mj_snapshot_header(uint8_t head[SL_MASTER_SNAPSHOT_HEADER_BYTES], uint64_t gen,
+                        const void *payload, size_t len)
+{
+    memcpy(head, SL_MASTER_SNAPSHOT_MAGIC, 4);
+    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
+    sl_le_put_u64(head + 8, gen);
+    sl_le_put_u64(head + 16, len);
+    sl_le_put_u64(head + 24, XXH3_64bits(payload, len));
+}
+
 sl_err_t sl_master_journal_snapshot_parse(const void *buf, size_t len, const char *name,
                                           size_t max_bytes, uint64_t *generation,
                                           const uint8_t **payload, size_t *payload_len,
@@ -182,9 +199,7 @@ sl_err_t mj_write_atomic(const sl_master_journal_t *j, const char *path, const u
 static sl_err_t journal_create(sl_master_journal_t *j, uint64_t gen, sl_error_t *err)
 {
     uint8_t head[SL_MASTER_JOURNAL_HEADER_BYTES];
-    memcpy(head, SL_MASTER_JOURNAL_MAGIC, 4);
-    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
-    sl_le_put_u64(head + 8, gen);
+    mj_journal_header(head, gen);
     SL_FORWARD_IF_ERROR(mj_write_atomic(j, j->path, head, sizeof head, NULL, 0, err));
     int fd = open(j->path, O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0) return sl_error_set(err, SL_ERR_IO, "open %s: %s", j->path, strerror(errno));
@@ -571,11 +586,7 @@ sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, 
     rc = mj_write_sealed(j, &end, err);
     uint64_t gen = j->generation + 1;
     uint8_t head[SL_MASTER_SNAPSHOT_HEADER_BYTES];
-    memcpy(head, SL_MASTER_SNAPSHOT_MAGIC, 4);
-    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
-    sl_le_put_u64(head + 8, gen);
-    sl_le_put_u64(head + 16, len);
-    sl_le_put_u64(head + 24, XXH3_64bits(payload, len));
+    mj_snapshot_header(head, gen, payload, len);
     if (rc == SL_OK) rc = mj_write_atomic(j, j->snap_path, head, sizeof head, payload, len, err);
     if (rc == SL_OK) rc = journal_create(j, gen, err);
     if (rc == SL_OK) {

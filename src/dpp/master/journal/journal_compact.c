@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "common/fileio.h"
 #include "common/mem.h"
@@ -74,9 +73,7 @@ static sl_err_t compaction_switch(sl_master_journal_t *j, uint64_t gen, sl_error
     if (rc == SL_OK && (next == NULL || snap_tmp == NULL))
         rc = sl_error_set(err, SL_ERR_NOMEM, "%s: compaction", j->path);
     uint8_t head[SL_MASTER_JOURNAL_HEADER_BYTES];
-    memcpy(head, SL_MASTER_JOURNAL_MAGIC, 4);
-    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
-    sl_le_put_u64(head + 8, gen);
+    mj_journal_header(head, gen);
     int nfd = -1;
     uint64_t bytes = sizeof head;
     if (rc == SL_OK) rc = mj_write_atomic(j, next, head, sizeof head, NULL, 0, err);
@@ -145,11 +142,7 @@ static void *compactor(void *arg)
     sl_err_t rc = src.encode(src.ctx, &payload, &len, &err);
     src.release(src.ctx);
     uint8_t head[SL_MASTER_SNAPSHOT_HEADER_BYTES];
-    memcpy(head, SL_MASTER_SNAPSHOT_MAGIC, 4);
-    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
-    sl_le_put_u64(head + 8, gen);
-    sl_le_put_u64(head + 16, len);
-    sl_le_put_u64(head + 24, XXH3_64bits(payload, len));
+    mj_snapshot_header(head, gen, payload, len);
     char *snap_tmp = dir_file(j, SNAP_TMP_FILE), *part = dir_file(j, SNAP_TMP_FILE ".part");
     if (rc == SL_OK)
         rc = snap_tmp == NULL || part == NULL

@@ -69,6 +69,12 @@ struct sl_master_journal {
 
 /* A storage fault injected at point name (libfiu; errno set). */
 bool mj_injected(const char *name);
+/* The headers of journal generation gen, and of snapshot generation gen
+ * holding payload (journal.h's layouts, which sl_master_journal_scan and
+ * sl_master_journal_snapshot_parse read). */
+void mj_journal_header(uint8_t head[SL_MASTER_JOURNAL_HEADER_BYTES], uint64_t gen);
+void mj_snapshot_header(uint8_t head[SL_MASTER_SNAPSHOT_HEADER_BYTES], uint64_t gen,
+                        const void *payload, size_t len);
 /* Write header + payload to path through DIR/tmp, fsync, rename, fsync dir. */
 sl_err_t mj_write_atomic(const sl_master_journal_t *j, const char *path, const uint8_t *head,
                          size_t head_len, const void *payload, size_t len, sl_error_t *err);

@@ -43,7 +43,10 @@ void mp_conn_close(sl_master_t *m, uint32_t i)
             (SL_KV_STR("worker", w->id), SL_KV_STR("job", w->job), SL_KV_U64("leases", w->leases)),
             "worker %s left (connection closed; %u lease%s kept until they expire)", w->id,
             w->leases, w->leases == 1 ? "" : "s");
-        if (w->conn == (int)i) w->conn = -1;
+        if (w->conn == (int)i) {
+            w->conn = -1;
+            w->nnamed = 0; /* its next connection's REGISTER names them again */
+        }
         m->nworkers_connected--;
         m->workers_version++;
     } else if (c->kind == MP_CLIENT) {
@@ -119,8 +122,10 @@ static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f) SL_REQ
         if (c->kind == MP_NEW) return mp_on_register(m, i, (const void *)f->msg);
         break;
     case SL_RPC_LEASE_REQUEST:
-        if (worker) return mp_on_lease_request(m, i, (const void *)f->msg);
-        break;
+        if (!worker) break;
+        mp_on_lease_request(m, i, (const void *)f->msg);
+        mp_named_answered(m, i); /* LEASE or NO_WORK (none after an ERROR) */
+        return;
     case SL_RPC_HEARTBEAT:
         if (worker) return mp_on_heartbeat(m, i, (const void *)f->msg);
         break;
@@ -313,11 +318,11 @@ static void flush_deferred(sl_master_t *m)
         } else if (live && d->type == SL_RPC_SPLIT_READ_REPLY) {
             Sluice__Control__SplitReadReply r = SLUICE__CONTROL__SPLIT_READ_REPLY__INIT;
             r.state = (Sluice__Control__SplitReadReply__State)d->result;
-            mp_send(m, d->conn, d->type, &r.base);
+            if (mp_send(m, d->conn, d->type, &r.base)) mp_named_answered(m, d->conn);
         } else if (live && d->type == SL_RPC_SPLIT_FAILED_REPLY) {
             Sluice__Control__SplitFailedReply r = SLUICE__CONTROL__SPLIT_FAILED_REPLY__INIT;
             r.state = (Sluice__Control__SplitFailedReply__State)d->result;
-            mp_send(m, d->conn, d->type, &r.base);
+            if (mp_send(m, d->conn, d->type, &r.base)) mp_named_answered(m, d->conn);
         } else if (live && d->type == SL_RPC_TOKEN) {
             Sluice__Control__Token r = SLUICE__CONTROL__TOKEN__INIT;
             r.token.data = d->token;
@@ -342,6 +347,9 @@ static void *loop(void *arg)
         /* push_pending: written by this thread only (mp_push_attached) */
         int r = epoll_wait(m->epfd, ev, cap, m->push_pending ? 0 : 50);
         if (r < 0 && errno != EINTR) break;
+        /* what peers sent up to now is read below: leases are judged as
+         * of this instant, not after the sync (mp_tick) */
+        uint64_t heard = sl_clock_ms();
         for (int k = 0; k < r; k++) {
             uint64_t d = ev[k].data.u64;
             if (d == EV_WAKE) continue;
@@ -359,7 +367,7 @@ static void *loop(void *arg)
         mp_recover(m); /* nothing unless the journal failed */
         sl_mutex_lock(&m->mu);
         uint64_t now = sl_clock_ms();
-        mp_tick(m, now);
+        mp_tick(m, now, heard);
         mp_push_attached(m);
         mp_guard_sweep(m, now);
         sl_mutex_unlock(&m->mu);

@@ -156,6 +156,7 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
         sl_master_state_register(m->st, w->id, held, nheld, now, NULL, NULL, &err) != SL_OK)
         mp_fail(m, &err);
     sl_free(m->a, held, r->n_leases * sizeof *held);
+    mp_named_set(m, w, r->leases, r->n_leases);
     char inc[17]; /* a random 64-bit number: as hex, not as a (signed) JSON integer */
     snprintf(inc, sizeof inc, "%016" PRIx64, r->incarnation);
     sl_log_kv(SL_LOG_INFO, SL_EV(WORKER_JOINED),
@@ -452,7 +453,12 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
                SL_KV_U64("generation", l.generation), SL_KV_STR("worker", w->id),
                SL_KV_U64("rows", l.num_rows)),
               "job %s split %u epoch %u: leased to worker %s", job, l.split, l.epoch, w->id);
-    mp_send(m, i, SL_RPC_LEASE, &le.base);
+    if (mp_send(m, i, SL_RPC_LEASE, &le.base)) {
+        /* received unless this connection breaks (named.c) */
+        Sluice__Control__SplitRef *granted = &ref;
+        mp_named_add(m, w, &granted, 1);
+        mp_named_add(m, w, shared_p, nshared);
+    }
     sl_free(m->a, skip, nskip * sizeof *skip);
     sl_free(m->a, skip_store, nskip * sizeof *skip_store);
     if (todo != rp) {
@@ -508,6 +514,7 @@ void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbea
     }
     sl_master_state_renew(m->st, w->id, held, nheld, now, NULL, &err);
     sl_free(m->a, held, h->n_leases * sizeof *held);
+    mp_named_set(m, w, h->leases, h->n_leases);
     w->busy = h->busy_fraction < 0 ? 0 : h->busy_fraction > 1 ? 1 : h->busy_fraction;
     w->queued = h->queued_batches;
     w->memory = h->memory_used;

@@ -134,6 +134,8 @@ static void destroy(sl_master_t *m)
     sl_free(m->a, m->jobs, sl_mul_size(m->opts.max_jobs, sizeof *m->jobs));
     sl_free(m->a, m->share, sl_mul_size(m->opts.max_jobs, sizeof *m->share));
     sl_free(m->a, m->fp_peers, sl_mul_size(m->opts.max_jobs, sizeof *m->fp_peers));
+    for (uint32_t w = 0; w < m->nworkers; w++)
+        mp_named_free(m->a, &m->workers[w]);
     sl_free(m->a, m->workers, (size_t)m->cap_workers * sizeof *m->workers);
     sl_rpc_secret_free(m->secret);
     sl_mutex_destroy(&m->mu);

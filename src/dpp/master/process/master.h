@@ -21,9 +21,10 @@
  * accepted iff its row range overlaps no committed range of its (job, epoch,
  * split) and its lease (split, generation) is live; repeated (client_id,
  * nonce) pairs get their first answer again, also after a master restart.
- * A worker's HEARTBEAT renews only the leases it lists, its REGISTER
- * revokes the others of its id, and one live process holds a worker id
- * (the REGISTER incarnation).
+ * A worker's HEARTBEAT renews only the leases it lists (and an answer to
+ * its call renews them again: time waiting on the master does not count),
+ * its REGISTER revokes the others of its id, and one live process holds a
+ * worker id (the REGISTER incarnation).
  *
  * Thread safety: every sl_master_* call may be made from any thread
  * (admin handlers run on libmicrohttpd's thread). */
@@ -97,6 +98,13 @@ typedef struct sl_master_opts {
      * worker waits for it before an idle worker reads it from the store
      * (0: the default, 2000). */
     uint64_t cache_wait_ms;
+    /* The object store requests of a submit that plans from an s3:// table
+     * or Parquet dataset (its listing, schema and footers): one attempt's
+     * limit and the tries of a retryable failure; 0: the store's defaults
+     * (60000 ms, 5). A hung object fails the submit naming it instead of
+     * holding the submit for the defaults' minutes. */
+    uint32_t store_timeout_ms;
+    uint32_t store_max_attempts;
 } sl_master_opts_t;
 
 typedef struct sl_master sl_master_t;

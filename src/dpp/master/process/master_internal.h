@@ -74,6 +74,13 @@ typedef struct mp_job {
     sl_master_history_t hist;
 } mp_job;
 
+/* A lease as a worker named it, or as it was granted (named.c). */
+typedef struct mp_named {
+    char job[MP_ID_MAX];
+    uint32_t epoch, split;
+    uint64_t generation;
+} mp_named;
+
 typedef struct mp_worker {
     char id[MP_ID_MAX];
     char job[MP_ID_MAX]; /* "" until its first lease when it registered for any job */
@@ -89,6 +96,11 @@ typedef struct mp_worker {
     uint64_t shared_batches, shared_bytes, shared_cpu_ns; /* what its shared passes saved */
     mp_cache_figures cache;                               /* the autocache's (heartbeats) */
     bool cache_local; /* REGISTER cache_local: it keeps cache files on its own disk */
+    /* the live leases of its last HEARTBEAT or REGISTER and those granted
+     * on its connection since (named.c); owned, at most as many as it
+     * holds; emptied when its connection closes */
+    mp_named *named;
+    uint32_t nnamed, cap_named;
 } mp_worker;
 
 typedef enum { MP_NEW = 0, MP_WORKER = 1, MP_CLIENT = 2 } mp_kind;
@@ -270,8 +282,11 @@ void mp_recover(sl_master_t *m) SL_EXCLUDES(m->mu);
 /* Process-side records of the state's jobs not known yet (at start, and
  * after a recovery). */
 sl_err_t mp_adopt_jobs(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu);
-/* Autoscaler observations and lease expiry; called by the control loop. */
-void mp_tick(sl_master_t *m, uint64_t now_ms) SL_REQUIRES(m->mu);
+/* Autoscaler observations and lease expiry; called by the control loop.
+ * Leases expire as of heard_ms, the instant up to which the loop has read
+ * what peers sent (a heartbeat that came during a journal sync was sent in
+ * time); the rest is as of now_ms. */
+void mp_tick(sl_master_t *m, uint64_t now_ms, uint64_t heard_ms) SL_REQUIRES(m->mu);
 /* tick.c: an autoscaler decision that changed j's desired count, logged
  * and put in its history; by names who decided ("autoscaler", "submit",
  * "operator"). Under m->mu. */
@@ -344,6 +359,20 @@ uint64_t mp_cache_local_files(const sl_master_t *m, uint64_t fp) SL_REQUIRES(m->
 void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v) SL_REQUIRES(m->mu);
 void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)
     SL_REQUIRES(m->mu);
+/* named.c: worker w named the leases refs[0..n) (HEARTBEAT, REGISTER):
+ * those that are its live leases are kept, in place of the last list. */
+void mp_named_set(sl_master_t *m, mp_worker *w, Sluice__Control__SplitRef *const *refs, size_t n)
+    SL_REQUIRES(m->mu);
+/* The leases refs[0..n) were just granted to w on its connection (LEASE
+ * sent): kept too, those that are its live leases, until its next
+ * heartbeat's list takes the place of the list. */
+void mp_named_add(sl_master_t *m, mp_worker *w, Sluice__Control__SplitRef *const *refs, size_t n)
+    SL_REQUIRES(m->mu);
+/* An answer to a worker's call (LEASE_REQUEST, or one held for a sync)
+ * was just sent on connection i: when it is still a worker's, its kept
+ * leases that are still live expire a lease timeout from now. */
+void mp_named_answered(sl_master_t *m, uint32_t i) SL_REQUIRES(m->mu);
+void mp_named_free(const sl_allocator_t *a, mp_worker *w);
 void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRead *r)
     SL_REQUIRES(m->mu);
 void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__SplitFailed *r)

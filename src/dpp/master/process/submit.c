@@ -12,6 +12,7 @@
 #include "dpp/master/process/master_internal.h"
 #include "dpp/pipeline/lenient.h"
 #include "dpp/pipeline/plan.h"
+#include "store/store.h"
 #include "warehouse/pq_dataset.h"
 #include "warehouse/warehouse.h"
 
@@ -32,13 +33,13 @@ static void add_problem(void *ctx, const char *problem)
  * first file (the schema the plan binds to), then every footer read and
  * cut into splits of row groups, those the job's timestamp and label
  * ranges rule out by their statistics left out (pq_dataset.h). */
-static sl_err_t parquet_splits(sl_pipeline_job_t *job, sl_wh_pqds_t **ds, sl_wh_splits_t **splits,
-                               sl_wh_pqds_plan_stats_t *ps, sl_pipeline_problems_t *pr,
-                               sl_error_t *err)
+static sl_err_t parquet_splits(sl_pipeline_job_t *job, const sl_store_opts_t *so, sl_wh_pqds_t **ds,
+                               sl_wh_splits_t **splits, sl_wh_pqds_plan_stats_t *ps,
+                               sl_pipeline_problems_t *pr, sl_error_t *err)
 {
     uint32_t before = pr->count;
-    sl_err_t rc = sl_wh_pqds_open(job->parquet, job->parquet_columns, job->partitions, NULL,
-                                  add_problem, pr, ds, err);
+    sl_err_t rc = sl_wh_pqds_open_with(job->parquet, so, job->parquet_columns, job->partitions,
+                                       NULL, add_problem, pr, ds, err);
     if (rc == SL_OK) rc = sl_pipeline_plan_check(job, sl_wh_pqds_mapping(*ds)->schema, pr, err);
     sl_pipeline_range_t ranges[16];
     uint32_t nr = sl_pipeline_job_ranges(job, ranges, 16);
@@ -64,18 +65,18 @@ static sl_err_t parquet_splits(sl_pipeline_job_t *job, sl_wh_pqds_t **ds, sl_wh_
     return rc;
 }
 
-static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **job,
-                           sl_wh_table_t **table, sl_wh_filter_t **filter, sl_wh_pqds_t **ds,
-                           sl_wh_splits_t **splits, sl_wh_pqds_plan_stats_t *ps,
+static sl_err_t check_spec(const char *text, bool resumed, const sl_store_opts_t *so,
+                           sl_pipeline_job_t **job, sl_wh_table_t **table, sl_wh_filter_t **filter,
+                           sl_wh_pqds_t **ds, sl_wh_splits_t **splits, sl_wh_pqds_plan_stats_t *ps,
                            mp_kafka_stream_t *stream, sl_pipeline_problems_t *problems,
                            sl_error_t *err)
 {
     sl_pipeline_problems_t pr = {0};
     sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), job, &pr, err);
     if (rc == SL_ERR_INVALID && pr.count > 0)
-        sl_pipeline_bind_anyway(text, strlen(text), NULL, &pr);
+        sl_pipeline_bind_anyway(text, strlen(text), NULL, so, &pr);
     if (rc == SL_OK && (*job)->parquet) {
-        rc = parquet_splits(*job, ds, splits, ps, &pr, err);
+        rc = parquet_splits(*job, so, ds, splits, ps, &pr, err);
     } else if (rc == SL_OK && (*job)->is_kafka) {
         /* a bounded replay: its chunks are the splits; a stream: its
          * partitions, the state makes the chunks (kafka_splits.c) */
@@ -85,7 +86,7 @@ static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **j
         else if (rc == SL_OK)
             rc = mp_kafka_splits(*job, splits, &pr, err);
     } else if (rc == SL_OK) {
-        rc = sl_wh_table_open((*job)->table, NULL, table, err);
+        rc = sl_wh_table_open_with((*job)->table, so, NULL, table, err);
         if (rc == SL_OK && (*job)->partitions != NULL)
             rc = sl_wh_filter_parse((*job)->partitions, NULL, filter, err);
         if (rc == SL_OK)
@@ -195,7 +196,11 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     mp_kafka_stream_t stream = {0};
     sl_wh_pqds_t *ds = NULL;
     sl_wh_pqds_plan_stats_t ps = {0}; /* a Parquet job's row groups and statistics skipping */
-    sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &ds,
+    /* a hung object of the source fails the submit within the master's
+     * --store-timeout-ms x --store-max-attempts (and backoff) */
+    sl_store_opts_t so = {.request_timeout_ms = m->opts.store_timeout_ms,
+                          .max_attempts = m->opts.store_max_attempts};
+    sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &so, &job, &table, &filter, &ds,
                              &splits, &ps, &stream, problems, err);
     if (rc == SL_OK) rc = check_order(job, req, err);
     uint64_t fp = 0;     /* a Kafka job has no fingerprint: its records are not a fixed input */

@@ -164,12 +164,17 @@ void mp_log_decision(mp_job *j, const char *by)
     j->logged_desired = j->as.desired;
 }
 
-void mp_tick(sl_master_t *m, uint64_t now)
+void mp_tick(sl_master_t *m, uint64_t now, uint64_t heard)
 {
     sl_error_t err = {0};
-    if (now - m->last_expire_ms >= 50) {
-        m->last_expire_ms = now;
-        if (!m->failed && sl_master_state_expire(m->st, now, NULL, &err) != SL_OK) mp_fail(m, &err);
+    /* as of heard, not now: the round's journal sync came in between, and
+     * a heartbeat sent during it is read only next round (expire compares
+     * expiry > heard; a lease renewed since, by a frame of this round or
+     * a held answer, counts from that later time) */
+    if (heard - m->last_expire_ms >= 50) {
+        m->last_expire_ms = heard;
+        if (!m->failed && sl_master_state_expire(m->st, heard, NULL, &err) != SL_OK)
+            mp_fail(m, &err);
     }
     if (now - m->last_evict_ms >= evict_every(m)) {
         m->last_evict_ms = now;

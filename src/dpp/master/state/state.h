@@ -43,9 +43,11 @@
  * Liveness: a lease lives lease_timeout_ms from its grant, and longer only
  * while its worker names it (sl_master_state_renew on HEARTBEAT,
  * sl_master_state_register on REGISTER, which also revokes every lease of
- * that worker id it does not name). So a grant whose LEASE frame never
- * reached the worker, or the leases of a process replaced under the same
- * worker id, never outlive one lease timeout.
+ * that worker id it does not name; the master process also renews a
+ * worker's named leases when it answers the worker's calls, named.c). So
+ * a grant whose LEASE frame never reached the worker, or the leases of a
+ * process replaced under the same worker id, never outlive one lease
+ * timeout.
  *
  * Durability (in a store): every change is one journal record, handed
  * to the sink, which buffers it; sl_master_store_sync (state_store.h) writes

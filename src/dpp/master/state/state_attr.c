@@ -166,27 +166,13 @@ sl_err_t m_attr_reserve(sl_master_state_t *m, job *jb, uint32_t more, sl_error_t
     return SL_OK;
 }
 
-/* Index of the split's first committed range whose to_row > row. */
-static uint32_t first_after(const split_st *s, uint64_t row)
-{
-    uint32_t lo = 0, hi = s->nr;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (s->r[mid].to_row > row)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
 /* The pieces of [from, to) not committed in the split: counted, and
  * appended to out as owner's when out is not NULL (room made). */
 static uint32_t each_gap(const job *jb, uint32_t split, uint64_t from, uint64_t to,
                          m_attr_list *out, uint32_t owner)
 {
     const split_st *s = &jb->st[split];
-    uint32_t i = first_after(s, from), n = 0;
+    uint32_t i = m_first_after(s, from), n = 0;
     uint64_t at = from;
     while (at < to) {
         if (i < s->nr && s->r[i].from_row <= at) {

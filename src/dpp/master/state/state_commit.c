@@ -18,8 +18,7 @@ void m_free_ranges(const sl_allocator_t *a, split_st *s)
     s->committed = 0;
 }
 
-/* Index of the first range whose to_row > row (nr when none). */
-static uint32_t first_after(const split_st *s, uint64_t row)
+uint32_t m_first_after(const split_st *s, uint64_t row)
 {
     uint32_t lo = 0, hi = s->nr;
     while (lo < hi) {
@@ -35,7 +34,7 @@ static uint32_t first_after(const split_st *s, uint64_t row)
 bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to)
 {
     const split_st *s = &jb->st[split];
-    uint32_t i = first_after(s, from);
+    uint32_t i = m_first_after(s, from);
     return i < s->nr && s->r[i].from_row < to;
 }
 
@@ -65,7 +64,7 @@ sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t fro
     split_st *s = &jb->st[split];
     if (from >= to) return SL_OK;
     /* Ranges [i, k) touch or overlap [from, to): they merge into one. */
-    uint32_t i = from > 0 ? first_after(s, from - 1) : 0;
+    uint32_t i = from > 0 ? m_first_after(s, from - 1) : 0;
     uint32_t k = i;
     uint64_t covered = 0;
     uint64_t nf = from, nt = to;

@@ -312,6 +312,9 @@ sl_err_t m_reserve_ranges(sl_master_state_t *m, job *jb, uint32_t split, uint32_
  * neither happens with room reserved. */
 sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
                      uint32_t owner, sl_error_t *err);
+/* Index of the split's first committed range whose to_row > row (nr
+ * when none): a binary search, the ranges being sorted and disjoint. */
+uint32_t m_first_after(const split_st *s, uint64_t row);
 /* Does [from, to) overlap a committed range of the split? */
 bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to);
 /* A split whose rows are all committed and is not DONE becomes DONE. */

@@ -45,6 +45,26 @@ static bool ref_chunk(const job *jb, const sl_master_token_exclude_t *u, uint32_
     return true;
 }
 
+/* pc[0..n), partition p's sorted pieces, minus the undelivered ranges
+ * of p (gathered into ex, room for num_und), into out. @return the pieces. */
+static size_t minus_undelivered(const job *jb, uint32_t p, const sl_master_token_exclude_t *und,
+                                uint32_t num_und, const sl_dpp_row_range_t *pc, size_t n,
+                                sl_dpp_row_range_t *ex, sl_dpp_row_range_t *out)
+{
+    size_t ne = 0;
+    for (uint32_t i = 0; i < num_und; i++) {
+        const sl_master_token_exclude_t *u = &und[i];
+        uint32_t path;
+        uint64_t first;
+        if (u->epoch != jb->epoch || u->split >= jb->n || u->from_row >= u->to_row ||
+            !ref_chunk(jb, u, &path, &first) || path != p)
+            continue; /* unplaceable refs: refused before (m_kafka_token_encode) */
+        ex[ne++] = (sl_dpp_row_range_t){first + u->from_row, first + u->to_row};
+    }
+    if (ne > 1) qsort(ex, ne, sizeof *ex, m_by_from);
+    return m_ranges_minus(pc, n, ex, ne, out);
+}
+
 /* Partition p's delivered offsets, [0, prefix) included, minus the
  * undelivered ranges, into out (room for the chunks' ranges + 1 + num_und
  * pieces; pc has the same room). @return the pieces. */
@@ -67,18 +87,7 @@ static size_t delivered(const job *jb, uint32_t p, const sl_master_token_exclude
                 pc[n++] = (sl_dpp_row_range_t){f, t};
         }
     }
-    size_t ne = 0;
-    for (uint32_t i = 0; i < num_und; i++) {
-        const sl_master_token_exclude_t *u = &und[i];
-        uint32_t path;
-        uint64_t first;
-        if (u->epoch != jb->epoch || u->split >= jb->n || u->from_row >= u->to_row ||
-            !ref_chunk(jb, u, &path, &first) || path != p)
-            continue; /* unplaceable refs: refused before (m_kafka_token_encode) */
-        ex[ne++] = (sl_dpp_row_range_t){first + u->from_row, first + u->to_row};
-    }
-    if (ne > 1) qsort(ex, ne, sizeof *ex, m_by_from);
-    return m_ranges_minus(pc, n, ex, ne, out);
+    return minus_undelivered(jb, p, und, num_und, pc, n, ex, out);
 }
 
 static int by_split_from(const void *x, const void *y)
@@ -108,18 +117,7 @@ static size_t handed(const job *jb, uint32_t p, const m_attr *sel, size_t nsel,
         }
     }
     if (n > 0) n = w + 1;
-    size_t ne = 0;
-    for (uint32_t i = 0; i < num_und; i++) {
-        const sl_master_token_exclude_t *u = &und[i];
-        uint32_t path;
-        uint64_t first;
-        if (u->epoch != jb->epoch || u->split >= jb->n || u->from_row >= u->to_row ||
-            !ref_chunk(jb, u, &path, &first) || path != p)
-            continue;
-        ex[ne++] = (sl_dpp_row_range_t){first + u->from_row, first + u->to_row};
-    }
-    if (ne > 1) qsort(ex, ne, sizeof *ex, m_by_from);
-    return m_ranges_minus(pc, n, ex, ne, out);
+    return minus_undelivered(jb, p, und, num_und, pc, n, ex, out);
 }
 
 sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,

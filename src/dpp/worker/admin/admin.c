@@ -329,15 +329,8 @@ static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response
     sl_strfree(NULL, text);
 }
 
-static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
-{
-    (void)ctx;
-    (void)req;
-    sl_admin_ui_reply(resp, "status.html");
-}
-
 static const sl_admin_route_t routes[] = {
-    {"GET", "/", false, h_page},
+    {"GET", "/", false, sl_admin_ui_page},
     {"GET", "/ui/{}", false, sl_admin_ui_handler},
     {"GET", "/metrics", false, h_metrics},
     {"GET", "/status", false, h_status},

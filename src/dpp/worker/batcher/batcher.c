@@ -220,6 +220,10 @@ static sl_err_t add_rows(sl_worker_batcher_t *b, const sl_batch_t *rows, const u
                                 (unsigned long long)origin->end_row, b->range.split,
                                 bd->cap - bd->n);
     }
+    /* the rows become the batch as they are, with their arena (add_owned):
+     * a whole batch of them not made straight from them (direct) */
+    const bool take_all = owned && *owned && !selected && !dpp_batcher_direct_ok(b) &&
+                          dpp_batcher_take_ok(b, rows, n);
     if (origin->key_offsets != NULL) {
         if (origin->key_offsets[b->F] != rows->sparse.num_values)
             return sl_error_set(err, SL_ERR_INVALID,
@@ -227,9 +231,17 @@ static sl_err_t add_rows(sl_worker_batcher_t *b, const sl_batch_t *rows, const u
                                 (unsigned long long)origin->key_offsets[b->F],
                                 (unsigned long long)rows->sparse.num_values);
         memcpy(b->key_off, origin->key_offsets, ((size_t)b->F + 1) * sizeof *b->key_off);
-    } else
+        b->off_summed = false;
+    } else if (!take_all) {
+        /* (rows taken whole are never read by key offsets: no pass over
+         * all their lengths to find them) */
         sl_kjt_key_offsets(&rows->sparse, b->key_off);
+        b->off_summed = true;
+    } else {
+        b->off_summed = false;
+    }
     if (b->G && (rc = dpp_batcher_prepare_groups(b, rows, err))) return rc;
+    b->blk = origin->block_offsets;
     for (uint32_t k = 0; k < b->F; k++) {
         b->cur_row[k] = 0;
         b->cur_off[k] = 0;
@@ -242,8 +254,7 @@ static sl_err_t add_rows(sl_worker_batcher_t *b, const sl_batch_t *rows, const u
         uint32_t m = bd->cap - bd->n;
         if (m > n - i) m = n - i;
         bool whole = m == bd->cap && dpp_batcher_direct_ok(b);
-        bool take =
-            !whole && owned && *owned && !selected && i == 0 && dpp_batcher_take_ok(b, rows, n);
+        bool take = i == 0 && take_all; /* take_ok: n == cap, nothing held, so m == n */
         if (!bd->cur && !whole && !take && (rc = dpp_batcher_builder_begin(b, bd, err))) return rc;
         if (take) {
             /* the rows are the batch: taken with their arena, not copied */
@@ -254,9 +265,15 @@ static sl_err_t add_rows(sl_worker_batcher_t *b, const sl_batch_t *rows, const u
             i += m;
             continue;
         }
-        /* runs of consecutive rows among selected[i, i+m) */
+        /* runs of consecutive rows among selected[i, i+m); without a
+         * selection, the one run [i, i+m) (n <= N, checked above): no
+         * loop over the batch's rows on the reader thread */
         uint32_t nr = 0;
-        for (uint32_t j = 0; j < m; j++) {
+        if (!selected) {
+            b->runs[nr++] = (run_t){i, m};
+            prev = i + m - 1;
+        }
+        for (uint32_t j = 0; selected && j < m; j++) {
             uint32_t s = selected ? selected[i + j] : i + j;
             if (s >= N || (selected && (i + j) > 0 && s <= prev))
                 return sl_error_set(err, SL_ERR_INVALID,

@@ -55,6 +55,12 @@ typedef struct sl_worker_rows_origin {
     /* [rows->sparse.num_keys + 1]: where each key's values start, when the
      * source knows it (sl_wh_rows_t.key_offsets); NULL: summed here */
     const uint64_t *key_offsets;
+    /* [num_keys][rows / SL_WH_BLOCK_ROWS + 1]: each key's values before
+     * every block of rows (sl_wh_rows_t.block_offsets, lengths
+     * non-negative), from key_offsets[k]; NULL: summed here. With them a
+     * direct batch's values are found by summing fewer than
+     * SL_WH_BLOCK_ROWS lengths a key at each end, not the batch's. */
+    const uint64_t *block_offsets;
     /* 0: input row i is split row row + i. Else the input is one unit
      * covering split rows [row, end_row) whose rows are not numbered by
      * their place (a Kafka stripe: records sorted by session, offsets
@@ -80,7 +86,9 @@ typedef struct sl_worker_row_run {
 
 /* A batch the batcher numbers but does not build (sl_worker_batcher_set_direct):
  * its num_rows rows are the runs of one sl_worker_batcher_add call's rows,
- * in order. Everything is borrowed for the call. */
+ * in order, with their record times where the rows carry them
+ * (rows->record_ms, indexed by the runs as every other column). Everything
+ * is borrowed for the call. */
 typedef struct sl_worker_direct {
     const sl_batch_t *rows;      /* the input rows */
     const uint64_t *key_offsets; /* [rows->sparse.num_keys + 1] each key's values in rows */
@@ -180,7 +188,8 @@ uint64_t sl_worker_batcher_footprint(const sl_worker_batcher_t *b);
 /* From now on (fn NULL: no longer), a full batch whose rows all come from
  * one sl_worker_batcher_add call goes to fn instead of being built and
  * emitted - when nothing else is held (no partial batch, no shuffle
- * window) and the rows have no dedup groups, record times or weight label:
+ * window) and the rows have no dedup groups or weight label (record times,
+ * Kafka's, go with the rows: fn carries them with the batch):
  * the worker's fused path copies such rows from the stripe straight into
  * a frame. Batches straddling two calls (stripes), and the short last
  * batch, are built as before. The numbering (origin, sequence, range) is

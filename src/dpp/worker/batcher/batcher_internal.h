@@ -78,13 +78,17 @@ struct sl_worker_batcher {
     builder_t batch, window;
     /* per add / flush scratch */
     uint64_t *key_off; /* [F + 1] */
-    uint32_t *cur_row; /* [F] */
-    uint64_t *cur_off; /* [F] */
-    uint64_t *key_at;  /* [F] a direct gather: where each key's values go */
-    uint64_t *span;    /* [F] a direct batch's values per key (sl_worker_direct_t) */
-    run_t *runs;       /* [max(batch, window) cap] */
-    uint32_t *perm;    /* [window cap] */
-    uint64_t *offs;    /* [F * (window cap + 1)] */
+    /* key_off was summed from the add's lengths (sl_kjt_key_offsets, not
+     * the origin's): a key's span over all the rows is the difference */
+    bool off_summed;
+    uint32_t *cur_row;   /* [F] */
+    uint64_t *cur_off;   /* [F] */
+    const uint64_t *blk; /* the add's origin->block_offsets, or NULL */
+    uint64_t *key_at;    /* [F] a direct gather: where each key's values go */
+    uint64_t *span;      /* [F] a direct batch's values per key (sl_worker_direct_t) */
+    run_t *runs;         /* [max(batch, window) cap] */
+    uint32_t *perm;      /* [window cap] */
+    uint64_t *offs;      /* [F * (window cap + 1)] */
     /* epoch and sequence numbers */
     bool started;
     uint32_t epoch;

@@ -199,6 +199,14 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err) SL_REQ
 sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
                         const ProtobufCMessage *msg, const char *what, sl_rpc_type_t want,
                         sl_rpc_frame_t *f, sl_error_t *err) SL_EXCLUDES(ms->mu, ms->conn_mu);
+/* dpp_lease_call with ms->conn_mu already held: for a call whose message
+ * must be made after the connection is ours (a heartbeat's list of leases:
+ * one granted to a LEASE_REQUEST that held the connection meanwhile is in
+ * it). */
+sl_err_t dpp_lease_call_locked(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
+                               const ProtobufCMessage *msg, const char *what, sl_rpc_type_t want,
+                               sl_rpc_frame_t *f, sl_error_t *err) SL_REQUIRES(ms->conn_mu)
+    SL_EXCLUDES(ms->mu);
 /* Get a lease, waiting (NO_WORK, connection trouble) until deadline_ns (0:
  * forever; takes both locks). With hand, it is marked as handed to the
  * reader. */

@@ -193,17 +193,25 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
     return SL_OK;
 }
 
-sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
-                        const ProtobufCMessage *msg, const char *what, sl_rpc_type_t want,
-                        sl_rpc_frame_t *f, sl_error_t *err)
+sl_err_t dpp_lease_call_locked(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
+                               const ProtobufCMessage *msg, const char *what, sl_rpc_type_t want,
+                               sl_rpc_frame_t *f, sl_error_t *err)
 {
-    sl_mutex_lock(&ms->conn_mu);
     sl_err_t rc = SL_OK;
     if (ms->fd < 0) rc = dpp_lease_connect(ms, err);
     if (!rc && (rc = sl_rpc_send(ms->fd, type, msg, NULL, 0, err)))
         sl_error_prefix(err, "master %s: %s: ", ms->master, what);
     if (!rc) rc = recv_reply(ms, what, want, f, err);
     if (rc) dpp_lease_disconnect(ms);
+    return rc;
+}
+
+sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
+                        const ProtobufCMessage *msg, const char *what, sl_rpc_type_t want,
+                        sl_rpc_frame_t *f, sl_error_t *err)
+{
+    sl_mutex_lock(&ms->conn_mu);
+    sl_err_t rc = dpp_lease_call_locked(ms, type, msg, what, want, f, err);
     sl_mutex_unlock(&ms->conn_mu);
     return rc;
 }

@@ -254,48 +254,16 @@ static void settle_untold(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
  * (`jobs show` after a job), and a master that is gone is no warning. */
 static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->mu)
 {
-    held_t h;
     settle_untold(ms);
     sl_mutex_lock(&ms->mu);
-    bool ok = dpp_lease_held_collect(ms, &h);
-    /* the deterministic order's counts not sent yet, of leases named (in
-     * h's order); marked sent now: a count lost with a failed heartbeat
-     * still goes in the lease's SPLIT_READ */
-    Sluice__Control__SplitCount *cnt = ok && h.cap ? sl_calloc(ms->a, h.cap, sizeof *cnt) : NULL;
-    Sluice__Control__SplitCount **cntp = cnt ? sl_calloc(ms->a, h.cap, sizeof *cntp) : NULL;
-    size_t ncnt = 0, k = 0;
-    for (lease_t *l = ms->leases; l; l = l->next) {
-        if (l->revoked) continue;
-        if (count_pending(l)) {
-            if (cntp && k < h.n) { /* else (out of memory) SPLIT_READ alone tells */
-                sluice__control__split_count__init(&cnt[ncnt]);
-                cnt[ncnt].ref = &h.refs[k];
-                cnt[ncnt].batches = l->order_batches;
-                cntp[ncnt] = &cnt[ncnt];
-                ncnt++;
-            }
-            l->count_sent = true;
-        }
-        k++;
-    }
     sl_worker_t *w = ms->worker;
     bool figures = w != NULL || (last && ms->have_final);
     sl_worker_stats_t st = {0};
     if (w == NULL && figures) st = ms->final_st;
     sl_mutex_unlock(&ms->mu);
-    if (!ok) { /* the next heartbeat tries again, before the leases expire */
-        dpp_lease_held_free(ms, &h);
-        counts_free(ms, cnt, cntp, h.cap);
-        sl_log(SL_LOG_WARN, SL_EV(HEARTBEAT_FAILED), "heartbeat: out of memory");
-        return;
-    }
     Sluice__Control__Heartbeat hb = SLUICE__CONTROL__HEARTBEAT__INIT;
     Sluice__Control__CacheFigures cf = SLUICE__CONTROL__CACHE_FIGURES__INIT;
     hb.worker_id = ms->worker_id;
-    hb.n_leases = h.n;
-    hb.leases = h.ptrs;
-    hb.n_counts = ncnt;
-    hb.counts = cntp;
     uint64_t now = sl_clock_ns();
     if (figures) {
         /* busy: the busier of the reader (read, filter, batch; per lane
@@ -352,10 +320,53 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     }
     hb.n_cache_evicted = ngone;
     hb.cache_evicted = csp;
+    /* The connection first, then the list: a LEASE_REQUEST holds the
+     * connection until its lease is linked, and it may wait as long as the
+     * master's journal sync; a list taken before that wait would leave
+     * the new lease unnamed by this heartbeat, and the next comes a period
+     * later (docs/DESIGN.md, lease liveness). Nothing else is waited for
+     * with the connection held. */
+    held_t h;
+    sl_mutex_lock(&ms->conn_mu);
+    sl_mutex_lock(&ms->mu);
+    bool ok = dpp_lease_held_collect(ms, &h);
+    /* the deterministic order's counts not sent yet, of leases named (in
+     * h's order); marked sent now: a count lost with a failed heartbeat
+     * still goes in the lease's SPLIT_READ */
+    Sluice__Control__SplitCount *cnt = ok && h.cap ? sl_calloc(ms->a, h.cap, sizeof *cnt) : NULL;
+    Sluice__Control__SplitCount **cntp = cnt ? sl_calloc(ms->a, h.cap, sizeof *cntp) : NULL;
+    size_t ncnt = 0, k = 0;
+    for (lease_t *l = ms->leases; l; l = l->next) {
+        if (l->revoked) continue;
+        if (count_pending(l)) {
+            if (cntp && k < h.n) { /* else (out of memory) SPLIT_READ alone tells */
+                sluice__control__split_count__init(&cnt[ncnt]);
+                cnt[ncnt].ref = &h.refs[k];
+                cnt[ncnt].batches = l->order_batches;
+                cntp[ncnt] = &cnt[ncnt];
+                ncnt++;
+            }
+            l->count_sent = true;
+        }
+        k++;
+    }
+    sl_mutex_unlock(&ms->mu);
+    if (!ok) { /* the next heartbeat tries again, before the leases expire */
+        sl_mutex_unlock(&ms->conn_mu);
+        dpp_lease_held_free(ms, &h);
+        counts_free(ms, cnt, cntp, h.cap);
+        sl_log(SL_LOG_WARN, SL_EV(HEARTBEAT_FAILED), "heartbeat: out of memory");
+        return;
+    }
+    hb.n_leases = h.n;
+    hb.leases = h.ptrs;
+    hb.n_counts = ncnt;
+    hb.counts = cntp;
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
-    sl_err_t rc = dpp_lease_call(ms, SL_RPC_HEARTBEAT, &hb.base, "heartbeat",
-                                 SL_RPC_HEARTBEAT_REPLY, &f, &err);
+    sl_err_t rc = dpp_lease_call_locked(ms, SL_RPC_HEARTBEAT, &hb.base, "heartbeat",
+                                        SL_RPC_HEARTBEAT_REPLY, &f, &err);
+    sl_mutex_unlock(&ms->conn_mu);
     dpp_lease_held_free(ms, &h);
     counts_free(ms, cnt, cntp, h.cap);
     if (rc) {

@@ -171,6 +171,23 @@ sl_err_t sl_worker_queue_pop(sl_worker_queue_t *q, sl_worker_msg_t *m, int timeo
     return SL_OK;
 }
 
+sl_err_t sl_worker_queue_pop_if(sl_worker_queue_t *q, sl_worker_msg_t *m,
+                                bool (*ok)(const sl_worker_msg_t *head, void *ctx), void *ctx)
+{
+    sl_mutex_lock(&q->mu);
+    sl_err_t rc = q->len == 0                  ? (q->closed ? SL_ERR_CLOSED : SL_ERR_TIMEOUT)
+                  : ok(&q->ring[q->head], ctx) ? SL_OK
+                                               : SL_ERR_AGAIN;
+    if (rc == SL_OK) {
+        *m = q->ring[q->head];
+        q->head = (q->head + 1) % q->ring_cap;
+        q->len--;
+        pthread_cond_signal(&q->not_full);
+    }
+    sl_mutex_unlock(&q->mu);
+    return rc;
+}
+
 void sl_worker_queue_close(sl_worker_queue_t *q)
 {
     sl_mutex_lock(&q->mu);

@@ -64,6 +64,18 @@ sl_err_t sl_worker_queue_push_sorted(sl_worker_queue_t *q, const sl_worker_msg_t
  * @return SL_OK, SL_ERR_TIMEOUT, or SL_ERR_CLOSED when closed and empty. */
 sl_err_t sl_worker_queue_pop(sl_worker_queue_t *q, sl_worker_msg_t *m, int timeout_ms);
 
+/* Take the head into *m only if ok(head, ctx) says it may go, in one step
+ * under the queue's lock, never waiting: a head refused stays where it
+ * is, and a message pushed meanwhile (push_sorted: a lower g of the
+ * deterministic order) keeps its place before or after it. (The worker's
+ * sender once popped the head and pushed a refused one back to the
+ * front: a lower g sorted in while it was out went behind it, and the
+ * rank stalled for good on a head past its g-window.) @return SL_OK,
+ * SL_ERR_AGAIN (a head refused), SL_ERR_TIMEOUT (empty) or SL_ERR_CLOSED
+ * (closed and empty). */
+sl_err_t sl_worker_queue_pop_if(sl_worker_queue_t *q, sl_worker_msg_t *m,
+                                bool (*ok)(const sl_worker_msg_t *head, void *ctx), void *ctx);
+
 /* A copy of the last message (the tail) into *m, left queued. @return
  * false when the queue is empty. */
 bool sl_worker_queue_peek_tail(sl_worker_queue_t *q, sl_worker_msg_t *m);

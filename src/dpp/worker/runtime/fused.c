@@ -6,8 +6,9 @@
  * (sl_wire_encode_layout) and every tensor is copied from the stripe
  * straight to its place in the frame, in pieces small enough to stay in
  * the core's cache while the piece's transforms run over it: each value is
- * read from the stripe once and written once. The frame then goes to the
- * server like a transform thread's. */
+ * read from the stripe once and written once. The frame (and the rows'
+ * record times, Kafka's) then goes to the server like a transform
+ * thread's. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -120,6 +121,17 @@ static void fill_rows(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d,
     }
 }
 
+void dpp_worker_record_deltas(const int64_t *ms, const sl_worker_row_run_t *runs, uint32_t nr,
+                              int64_t *out)
+{
+    uint64_t prev = 0; /* the first goes out absolute */
+    for (uint32_t q = 0; q < nr; q++)
+        for (uint32_t r = runs[q].row; r < runs[q].row + runs[q].count; r++) {
+            *out++ = (int64_t)((uint64_t)ms[r] - prev);
+            prev = (uint64_t)ms[r];
+        }
+}
+
 sl_err_t dpp_worker_fused_plan(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d,
                                uint64_t *totals, sl_batch_t *shape, size_t *size, sl_error_t *err)
 {
@@ -184,22 +196,31 @@ sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
     size_t size = 0, len = 0;
     void *frame = NULL;
     uint64_t tw = 0;
+    /* Kafka's rows carry their record times: they go with the frame as a
+     * built batch's do (xform.c record_times), pinned with it */
+    const uint32_t nt = d->rows->record_ms ? d->num_rows : 0;
+    const size_t tbytes = (size_t)nt * sizeof(int64_t);
+    int64_t *times = NULL;
     rc = dpp_worker_fused_plan(f, d, totals, &shape, &size, err);
     if (rc == SL_OK) {
         char what[64];
         snprintf(what, sizeof what, "a batch of %u rows", d->num_rows);
         uint64_t a0 = now_ns(CLOCK_MONOTONIC);
-        rc = dpp_worker_budget_take(w, size, held, what, err);
+        rc = dpp_worker_budget_take(w, size + tbytes, held, what, err);
         tw = now_ns(CLOCK_MONOTONIC) - a0;
-        if (rc == SL_OK && (frame = sl_alloc_aligned(w->frame_a, size, SL_ALIGN)) == NULL) {
-            sl_worker_budget_release(w->budget, size);
-            rc = sl_error_set(err, SL_ERR_NOMEM, "encode: frame of %zu bytes", size);
+        if (rc == SL_OK && ((frame = sl_alloc_aligned(w->frame_a, size, SL_ALIGN)) == NULL ||
+                            (nt && (times = sl_alloc(w->a, tbytes)) == NULL))) {
+            sl_worker_budget_release(w->budget, size + tbytes);
+            rc = frame ? sl_error_set(err, SL_ERR_NOMEM, "encode: record times of %u rows", nt)
+                       : sl_error_set(err, SL_ERR_NOMEM, "encode: frame of %zu bytes", size);
+            if (frame) sl_free(w->frame_a, frame, size);
         }
     }
     if (rc == SL_OK &&
         (rc = dpp_worker_fused_fill(f, d, totals, &shape, frame, size, &len, err)) != SL_OK) {
         sl_free(w->frame_a, frame, size);
-        sl_worker_budget_release(w->budget, size);
+        if (times) sl_free(w->a, times, tbytes);
+        sl_worker_budget_release(w->budget, size + tbytes);
     }
     sl_free(w->a, totals, (F ? F : 1) * sizeof *totals);
     if (rc != SL_OK) {
@@ -214,11 +235,16 @@ sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
                                   .origin = d->origin,
                                   .num_samples = d->num_rows,
                                   .expanded_bytes = len,
-                                  .accounted = len};
+                                  .accounted = len + tbytes};
+    if (nt) {
+        dpp_worker_record_deltas(d->rows->record_ms, d->runs, d->num_runs, times);
+        it.record_ms = times;
+        it.num_record_ms = nt;
+    }
     if (lease) {
         it.lease = *lease;
         if (!made && w->source.lease_made) w->source.lease_made(w->source.ctx, lease->handle);
     }
     dpp_worker_times_t tm = {.encode_ns = t1 - t0 - tw, .backpressure_ns = *waited, .fused = true};
-    return dpp_worker_send(w, &it, size, &tm, NULL, err);
+    return dpp_worker_send(w, &it, size + tbytes, &tm, NULL, err);
 }

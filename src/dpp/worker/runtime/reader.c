@@ -7,7 +7,8 @@
  * server. The reader also keeps its share of the memory budget: the
  * stripe being read and the batcher's buffers. With --threads > 1 the
  * stripes are read by the stripe lanes instead (reader_lanes.c, lanes.c)
- * and batched here in the same order. */
+ * and batched here in the same order. Where the batches go (the
+ * transform threads, or the server by the fused path) is reader_out.c. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +16,6 @@
 #include "common/err.h"
 #include "common/mem.h"
 #include "dpp/worker/runtime/reader_internal.h"
-#include "sluice/wire.h"
 
 /* ---- memory accounting ---- */
 
@@ -138,136 +138,7 @@ static sl_err_t add_empty(dpp_reader_t *rd, sl_dpp_row_range_t e, sl_error_t *er
     return SL_OK;
 }
 
-/* ---- batches out ---- */
-
-/* Batcher output, on the reader thread: account the batch (its arena,
- * taken over from the batcher's share where it was accounted there, plus
- * its encoded size: room for the frame the transform thread will make, so
- * that it rarely needs more) and hand it, with the lease part of its
- * origin, to the transform threads. */
-static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease_origin_t *lease,
-                             sl_error_t *err)
-{
-    dpp_reader_t *rd = ctx;
-    sl_worker_t *w = rd->w;
-    if (lease && lease->ordered) {
-        /* the hold numbers it; a batch whose rows were committed under an
-         * earlier lease of the split is dropped before it is encoded */
-        bool keep = false;
-        sl_err_t rc = sl_worker_server_order_cut(w->server, lease->handle, lease->from_row,
-                                                 lease->to_row, &keep, err);
-        /* revoked, its hold dropped: its batches go nowhere */
-        if (rc == SL_ERR_NOT_FOUND && w->source.lease_live &&
-            !w->source.lease_live(w->source.ctx, lease->handle))
-            rc = SL_OK;
-        if (rc || !keep) {
-            uint64_t arena = sl_arena_footprint(batch->arena);
-            uint64_t moved = arena < rd->batcher_held ? arena : rd->batcher_held;
-            rd->batcher_held -= moved;
-            sl_worker_budget_release(w->budget, moved);
-            sl_batch_destroy(batch);
-            return rc;
-        }
-    }
-    dpp_worker_batch_t *wb = sl_alloc(w->a, sizeof *wb);
-    if (!wb) {
-        sl_batch_destroy(batch);
-        return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
-    }
-    *wb = (dpp_worker_batch_t){.batch = batch, .cached = rd->cached, .cw = rd->cw};
-    if (rd->cw) dpp_cache_writer_ref(rd->cw);
-    if (lease) {
-        wb->lease = *lease;
-        if (w->source.lease_made) w->source.lease_made(w->source.ctx, lease->handle);
-    }
-    sl_worker_msg_t m = {.ptr = wb};
-    uint64_t arena = sl_arena_footprint(batch->arena);
-    uint64_t moved = arena < rd->batcher_held ? arena : rd->batcher_held;
-    rd->batcher_held -= moved;
-    uint64_t more = arena - moved + (uint64_t)sl_wire_encoded_size(batch);
-    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    char what[64];
-    snprintf(what, sizeof what, "a batch of %u rows", batch->batch_size);
-    sl_err_t rc =
-        dpp_worker_budget_take(w, more, rd->stripe_held + rd->batcher_held + moved, what, err);
-    m.bytes = rc == SL_OK ? moved + more : moved;
-    if (rc != SL_OK) {
-        dpp_worker_drop_msg(w, &m);
-        return rc;
-    }
-    sl_worker_budget_idle(w->budget, true); /* a full queue: waiting for a transform thread */
-    rc = sl_worker_queue_push(w->work, &m, -1);
-    sl_worker_budget_idle(w->budget, false);
-    rd->handoff_ns += now_ns(CLOCK_MONOTONIC) - t0; /* memory or a full queue: back-pressure */
-    if (rc != SL_OK) {
-        dpp_worker_drop_msg(w, &m);
-        return sl_error_set(err, rc, "worker stopping");
-    }
-    return SL_OK;
-}
-
-/* Direct batches (sl_worker_batcher_set_direct), on the reader thread:
- * made by the fused path and handed straight to the server. */
-static sl_err_t to_server(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
-{
-    dpp_reader_t *rd = ctx;
-    if (rd->lane) { /* made by the lane once the stripe is batched: counted as made now */
-        sl_worker_t *w = rd->w;
-        if (d->lease && w->source.lease_made) w->source.lease_made(w->source.ctx, d->lease->handle);
-        sl_err_t rc = dpp_lane_add_direct(rd->lane, rd->fused, d, err);
-        if (rc != SL_OK) dpp_worker_retire(w, d->lease ? d->lease->handle : NULL);
-        return rc;
-    }
-    uint64_t waited = 0, t0 = now_ns(CLOCK_MONOTONIC);
-    sl_err_t rc = dpp_worker_fused_batch(rd->w, rd->fused, d, rd->stripe_held + rd->batcher_held,
-                                         false, &waited, err);
-    rd->handoff_ns += waited; /* room at the server, memory: back-pressure */
-    rd->fused_ns += now_ns(CLOCK_MONOTONIC) - t0 - waited; /* counted as encode */
-    return rc;
-}
-
-/* Names of n columns, all present? */
-static bool all_named(const char *const *names, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (!names || !names[i]) return false;
-    return true;
-}
-
-/* Fused batches go straight to the server, past the autocache's writer:
- * while a unit's batches are written to a cache file (rd->cw), every
- * batch is built and transformed on the transform threads. */
-static void fused_direct(dpp_reader_t *rd)
-{
-    bool on = rd->fused && !rd->cw && !rd->ordered;
-    sl_worker_batcher_set_direct(rd->b, on ? to_server : NULL, on ? rd : NULL);
-}
-
-/* Use the fused path for rows like these? Decided on the first stripe of
- * the job (the batcher keeps every later stripe to its shape): only when
- * the worker deduplicates no groups itself, every column is named, and
- * the plan's transforms fuse (sl_pipeline_fused_new). */
-static sl_err_t decide_fused(dpp_reader_t *rd, const sl_batch_t *rows, sl_error_t *err)
-{
-    if (rd->fused_decided) return SL_OK;
-    rd->fused_decided = true;
-    sl_worker_t *w = rd->w;
-    if (w->num_groups || w->o.no_fused || !all_named(rows->sparse.keys, rows->sparse.num_keys) ||
-        !all_named(rows->dense.names, rows->dense.cols) ||
-        !all_named(rows->labels.names, rows->labels.cols))
-        return SL_OK;
-    sl_err_t rc = sl_pipeline_fused_new(w->plan, rows, &rd->fused, err);
-    fused_direct(rd);
-    return rc;
-}
-
 /* ---- the stripe loop ---- */
-
-/* May the rows of wk still be read (a lease not revoked, or no lease)? */
-bool dpp_reader_work_live(const sl_worker_t *w, const sl_worker_work_t *wk)
-{
-    return !wk->lease || !w->source.lease_live || w->source.lease_live(w->source.ctx, wk->lease);
-}
 
 /* The lease part of the origin of wk's batches (from_row, to_row: the
  * batcher's). */
@@ -340,23 +211,6 @@ sl_err_t dpp_reader_open_split(dpp_reader_t *rd, const sl_wh_split_t *sp, sl_err
     return rc;
 }
 
-/* Are wk's todo ranges ascending, disjoint, non-empty and inside its
- * split (source.h)? */
-sl_err_t dpp_reader_check_todo(const sl_worker_work_t *wk, sl_error_t *err)
-{
-    const sl_wh_split_t *sp = wk->split;
-    const sl_dpp_row_range_t *todo = wk->todo;
-    for (uint32_t i = 0; i < wk->num_todo; i++)
-        if (todo[i].from_row >= todo[i].to_row || todo[i].to_row > sp->num_rows ||
-            (i && todo[i].from_row < todo[i - 1].to_row))
-            return sl_error_set(err, SL_ERR_PROTOCOL,
-                                "%s %" PRIu64 ": todo range %u [%" PRIu64 ", %" PRIu64
-                                ") is empty, out of order or past the split's %" PRIu64 " rows",
-                                wk->lease ? "lease of split" : "split", wk->split_id, i,
-                                todo[i].from_row, todo[i].to_row, sp->num_rows);
-    return SL_OK;
-}
-
 dpp_unit_pos_t dpp_reader_unit_pos(const sl_worker_work_t *wk)
 {
     return (dpp_unit_pos_t){.wk = wk, .lease = lease_origin(wk)};
@@ -374,9 +228,12 @@ sl_err_t dpp_reader_batch_stripe(dpp_reader_t *rd, dpp_unit_pos_t *u, const sl_w
     const sl_worker_work_t *wk = u->wk;
     const sl_dpp_row_range_t *todo = wk->todo;
     uint32_t n = rows->batch.batch_size;
-    sl_err_t rc = decide_fused(rd, &rows->batch, err);
-    sl_worker_rows_origin_t origin = {
-        .epoch = wk->epoch, .split_id = wk->split_id, .row = row, .key_offsets = rows->key_offsets};
+    sl_err_t rc = dpp_reader_decide_fused(rd, &rows->batch, err);
+    sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
+                                      .split_id = wk->split_id,
+                                      .row = row,
+                                      .key_offsets = rows->key_offsets,
+                                      .block_offsets = rows->block_offsets};
     uint32_t i = 0; /* into selected */
     while (rc == SL_OK && u->ti < wk->num_todo && todo[u->ti].from_row < end) {
         const sl_dpp_row_range_t *t = &todo[u->ti];
@@ -545,12 +402,11 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     rd->stripe_held = sb;
     uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw, t1 = now_ns(CLOCK_MONOTONIC),
              h0 = rd->handoff_ns, f0 = rd->fused_ns;
-    /* With one transform thread a whole batch of plain rows (no record
-     * times) goes the fused path, as a table's: encoded here, no batch
+    /* With one transform thread a whole batch goes the fused path, as a
+     * table's: encoded here with its record times (Kafka's), no batch
      * made. With more, it is taken (owned) and transformed and encoded on
      * the transform threads, in parallel with this one's reading. */
-    sl_err_t rc =
-        w->threads <= 1 && !rows->batch.record_ms ? decide_fused(rd, &rows->batch, err) : SL_OK;
+    sl_err_t rc = w->threads <= 1 ? dpp_reader_decide_fused(rd, &rows->batch, err) : SL_OK;
     if (rc == SL_OK && !scratch_rows(rd, n))
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     else if (rc == SL_OK)
@@ -603,7 +459,7 @@ static sl_err_t compute_split(dpp_reader_t *rd, const sl_worker_work_t *wk, cons
 {
     sl_worker_t *w = rd->w;
     rd->cw = cache_file ? dpp_cache_writer_new(w, cache_file) : NULL;
-    fused_direct(rd);
+    dpp_reader_fused_direct(rd);
     sl_err_t rc = dpp_reader_open_split(rd, wk->split, err);
     /* one thread reads every stripe: s + 1 is read after the first, s */
     if (rc == SL_OK)
@@ -615,7 +471,7 @@ static sl_err_t compute_split(dpp_reader_t *rd, const sl_worker_work_t *wk, cons
             dpp_cache_writer_fail(rd->cw, "the read was cut short");
         dpp_cache_writer_unref(rd->cw);
         rd->cw = NULL;
-        fused_direct(rd);
+        dpp_reader_fused_direct(rd);
     }
     return rc;
 }
@@ -635,7 +491,7 @@ static sl_err_t read_table_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, ui
     dpp_cache_rest_t rest;
     uint64_t c0 = now_ns(CLOCK_MONOTONIC), h0 = rd->handoff_ns;
     rd->cached = true;
-    sl_err_t rc = dpp_cache_serve(w, wk, to_transform, rd, &rest, err);
+    sl_err_t rc = dpp_cache_serve(w, wk, dpp_reader_to_transform, rd, &rest, err);
     rd->cached = false;
     uint64_t spent = now_ns(CLOCK_MONOTONIC) - c0, handoff = rd->handoff_ns - h0;
     sl_mutex_lock(&w->mu);
@@ -744,8 +600,9 @@ static sl_err_t empty_in_todo(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_e
 
 /* A lease in the deterministic order (docs/DESIGN.md): begun in the
  * server's hold with its todo and read from the split's first row, every
- * batch cut reported to the hold in order (to_transform), no fused path,
- * no autocache; once read, its count goes to the source for SPLIT_READ. */
+ * batch cut reported to the hold in order (dpp_reader_to_transform), no
+ * fused path, no autocache; once read, its count goes to the source for
+ * SPLIT_READ. */
 static sl_err_t read_ordered_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t t0,
                                   sl_error_t *err)
 {
@@ -769,7 +626,7 @@ static sl_err_t read_ordered_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, 
     rd->ordered = true;
     rc = compute_split(rd, &all, NULL, t0, err);
     rd->ordered = false;
-    fused_direct(rd);
+    dpp_reader_fused_direct(rd);
     if (!dpp_reader_work_live(w, wk)) {
         /* revoked, perhaps before it was begun here (the heartbeat's drop
          * found nothing then): no base will come for what it holds */
@@ -839,7 +696,15 @@ void *dpp_worker_reader_main(void *arg)
                                    .weight_label = weight_label,
                                    .job_id = w->job_hash,
                                    .allocator = w->a};
-    if ((rc = sl_worker_batcher_new(&bo, to_transform, &rd, &rd.b, &err))) goto out;
+    /* Block offsets (summed by the table reader, on a lane) serve only the
+     * batcher's cut of a direct batch, the fused path's: asked for only
+     * when the job can take that path, as far as is known before a stripe
+     * is read (dpp_reader_decide_fused decides on the first one's shape,
+     * the batcher on each batch: dpp_batcher_direct_ok). Otherwise the
+     * reader would sum every key's lengths again for nothing. */
+    rd.ro.block_offsets = !w->num_groups && !w->o.no_fused && !bo.weight_label &&
+                          !bo.shuffle_window && sl_pipeline_plan_may_fuse(w->plan);
+    if ((rc = sl_worker_batcher_new(&bo, dpp_reader_to_transform, &rd, &rd.b, &err))) goto out;
     if (w->threads > 1 && !w->source.read &&
         (rc = dpp_lanes_new(w, w->threads, &rd.ro, &rd.lanes, &err)))
         goto out;

@@ -1,7 +1,8 @@
 /* Private to the reader thread (worker.h): reader.c (the reader's state,
  * its stripe loop on one thread, the units a source reads itself, the
- * autocache) and reader_lanes.c (the same loop over the stripe lanes,
- * lanes.c, with --threads > 1). */
+ * autocache), reader_out.c (its batches out: to the transform threads, or
+ * by the fused path to the server) and reader_lanes.c (the same loop over
+ * the stripe lanes, lanes.c, with --threads > 1). */
 #ifndef SLUICE_DPP_WORKER_READER_INTERNAL_H
 #define SLUICE_DPP_WORKER_READER_INTERNAL_H
 
@@ -37,7 +38,8 @@ typedef struct dpp_reader {
     dpp_cache_writer_t *cw;
     /* The unit is a lease in the deterministic order: its batches are
      * cut from the split's first row, each told to the server's hold
-     * (to_transform), never made by the fused path or the autocache. */
+     * (dpp_reader_to_transform), never made by the fused path or the
+     * autocache. */
     bool ordered;
     uint64_t fused_ns; /* time spent making fused batches (their encode time) */
     /* The fused path (fused.c): the plan's transforms fused into the copy
@@ -102,6 +104,20 @@ sl_err_t dpp_reader_serial_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl
  * so. */
 bool dpp_reader_lease_failed(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc,
                              bool from_read, sl_error_t *err);
+
+/* reader_out.c */
+/* The batcher's output (sl_worker_batcher_new's emit, ctx rd; also the
+ * autocache's served batches): the batch accounted in the budget (its
+ * arena taken over from rd->batcher_held) and queued, with the lease part
+ * of its origin, for the transform threads. Reader thread only. */
+sl_err_t dpp_reader_to_transform(void *ctx, sl_batch_t *batch,
+                                 const sl_worker_lease_origin_t *lease, sl_error_t *err);
+/* Point the batcher's direct hook at the server when the fused path is on
+ * and the unit neither writes a cache file nor is ordered; off otherwise. */
+void dpp_reader_fused_direct(dpp_reader_t *rd);
+/* Decide, once per job from the first stripe's rows, whether its batches
+ * take the fused path (rd->fused). @return SL_ERR_NOMEM. */
+sl_err_t dpp_reader_decide_fused(dpp_reader_t *rd, const sl_batch_t *rows, sl_error_t *err);
 
 /* reader_lanes.c: the reader's loop over rd->lanes, to the source's end
  * (or a stop, or a failure: @return it). */

@@ -183,8 +183,10 @@ static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job, bool 
     const sl_allocator_t *a = w->a;
     sl_wh_pqds_t *ds = NULL;
     sl_wh_splits_t *splits = NULL;
-    sl_err_t rc = sl_wh_pqds_open(job->parquet, job->parquet_columns, job->partitions, a,
-                                  add_problem, problems, &ds, err);
+    sl_store_opts_t so = {.request_timeout_ms = w->o.store_timeout_ms,
+                          .max_attempts = w->o.store_max_attempts};
+    sl_err_t rc = sl_wh_pqds_open_with(job->parquet, &so, job->parquet_columns, job->partitions, a,
+                                       add_problem, problems, &ds, err);
     if (rc == SL_OK) {
         sl_wh_pqds_set_mem(ds, &w->wh_mem);
         w->pq_store = sl_wh_pqds_store(ds);

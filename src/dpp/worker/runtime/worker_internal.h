@@ -208,6 +208,16 @@ sl_err_t dpp_worker_fused_fill(const sl_pipeline_fused_t *f, const sl_worker_dir
                                const uint64_t *totals, const sl_batch_t *shape, void *buf,
                                size_t cap, size_t *len, sl_error_t *err);
 
+/* The record CreateTimes of rows runs[0..nr) of ms, in the runs' order, as
+ * BatchInfo.record_time_ms carries them (docs/PROTOCOL.md): the first
+ * absolute, each later one the difference to the previous, so that times
+ * close together cost a byte or two each as sint64 (wrapping for absurd
+ * times, and unwrapping the same way). out: the runs' rows. Both paths
+ * use it: a built batch's times are one run, a direct batch's its runs
+ * of the stripe. */
+void dpp_worker_record_deltas(const int64_t *ms, const sl_worker_row_run_t *runs, uint32_t nr,
+                              int64_t *out);
+
 /* lanes.c: the stripe lanes (docs/WORKER.md, "Threads"): n threads, each
  * reading and filtering one stripe at a time in its own table reader
  * (options ro), and making that stripe's fused batches once the reader

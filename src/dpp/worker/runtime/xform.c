@@ -81,10 +81,9 @@ static sl_err_t batch_failed(sl_worker_t *w, sl_batch_t *batch, uint64_t held,
     return SL_OK;
 }
 
-/* The batch's record CreateTimes as BatchInfo carries them (PROTOCOL.md):
- * the first absolute, each later one the difference to the previous, so
- * that times close together cost a byte or two each as sint64. They stay
- * pinned with the frame until the batch is acknowledged. */
+/* The batch's record CreateTimes as BatchInfo carries them
+ * (dpp_worker_record_deltas). They stay pinned with the frame until the
+ * batch is acknowledged. */
 static sl_err_t record_times(sl_worker_t *w, const sl_batch_t *batch, sl_worker_server_item_t *it,
                              sl_error_t *err)
 {
@@ -92,9 +91,7 @@ static sl_err_t record_times(sl_worker_t *w, const sl_batch_t *batch, sl_worker_
     if (n == 0) return SL_OK;
     int64_t *d = sl_alloc(w->a, (size_t)n * sizeof *d);
     if (!d) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory for record times");
-    d[0] = batch->record_ms[0];
-    for (uint32_t i = 1; i < n; i++) /* wraps for absurd times, and unwraps the same way */
-        d[i] = (int64_t)((uint64_t)batch->record_ms[i] - (uint64_t)batch->record_ms[i - 1]);
+    dpp_worker_record_deltas(batch->record_ms, &(sl_worker_row_run_t){0, n}, 1, d);
     it->record_ms = d;
     it->num_record_ms = n;
     it->accounted += (uint64_t)n * sizeof *d;
@@ -165,9 +162,11 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t 
         if (rc != SL_OK) return batch_failed(w, batch, held, lease, rc, err); /* memory, stop */
         held = need;
     }
-    void *frame = NULL;
-    size_t len = 0;
-    rc = sl_wire_encode(batch, w->frame_a, &frame, &len, err);
+    /* the size just found: sl_wire_encode would lay the batch out once
+     * more to find it, a third time with the encode's */
+    void *frame;
+    size_t len;
+    rc = sl_wire_encode_sized(batch, need_enc, w->frame_a, &frame, &len, err);
     uint64_t t3 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
         sl_error_prefix(err, "encode: ");

@@ -242,6 +242,7 @@ static bool make_room(struct sl_worker_server *s, bool *refuse) SL_REQUIRES(s->m
 static void *accept_main(void *arg)
 {
     struct sl_worker_server *s = arg;
+    pthread_setname_np(pthread_self(), "sl-w-accept");
     for (;;) {
         sl_mutex_lock(&s->mu);
         bool stop = s->stopping;
@@ -360,6 +361,7 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     sl_mutex_init(&s->mu);
     sl_mutex_init(&s->order_mu);
     sl_clock_cond_init(&s->cv);
+    sl_clock_cond_init(&s->state_cv);
     sl_err_t rc;
     s->ready = sl_calloc(a, (size_t)s->o.max_ranks + 1, sizeof *s->ready);
     if (!s->ready || !(s->ready[0] = sl_worker_queue_new(a, 0))) {
@@ -417,6 +419,7 @@ fail:
     sl_mutex_destroy(&s->mu);
     sl_mutex_destroy(&s->order_mu);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->state_cv);
     sl_rpc_secret_free(s->secret);
     sl_free(a, s, sizeof *s);
     return rc;
@@ -446,6 +449,14 @@ bool dpp_server_g_later(const sl_worker_msg_t *queued, const sl_worker_msg_t *m)
     return a->origin.epoch > b->origin.epoch ||
            (a->origin.epoch == b->origin.epoch &&
             a->lease.order_g_plus_one > b->lease.order_g_plus_one);
+}
+
+void dpp_server_put_back(sl_worker_queue_t *q, const sl_worker_msg_t *m)
+{
+    const sl_worker_server_item_t *it = m->ptr;
+    if (!it->lease.order_g_plus_one ||
+        sl_worker_queue_push_sorted(q, m, dpp_server_g_later) != SL_OK)
+        sl_worker_queue_push_front(q, m);
 }
 
 sl_err_t dpp_server_push_now(struct sl_worker_server *s, const sl_worker_server_item_t *item,
@@ -546,6 +557,7 @@ void sl_worker_server_finish(sl_worker_server_t *s)
     sl_mutex_lock(&s->mu);
     s->finished = true;
     pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->state_cv);
     sl_mutex_unlock(&s->mu);
 }
 
@@ -589,8 +601,11 @@ static void drop_revoked_in(struct sl_worker_server *s, sl_worker_queue_t *q) SL
         else
             keep[k++] = m;
     }
-    while (k-- > 0) /* room: they were just popped, and only s->mu holders push front */
-        sl_worker_queue_push_front(q, &keep[k]);
+    /* room: they were just popped, and only s->mu holders push front; an
+     * ordered batch to its g's place, as a lower g may have come meanwhile
+     * (the hold releases outside s->mu) */
+    while (k-- > 0)
+        dpp_server_put_back(q, &keep[k]);
     sl_free(s->a, keep, (size_t)n * sizeof *keep);
 }
 
@@ -608,7 +623,9 @@ bool sl_worker_server_wait_done(sl_worker_server_t *s, int timeout_ms)
             if ((done = s->outstanding == 0)) break;
         }
         if (timeout_ms >= 0 && sl_clock_ns() >= end) break;
-        sl_clock_cond_wait_ms(&s->cv, &s->mu, 50);
+        /* before the producer finishes nothing but finished or stopping
+         * can end the wait: state_cv, not every batch's wake-up */
+        sl_clock_cond_wait_ms(s->finished ? &s->cv : &s->state_cv, &s->mu, 50);
     }
     sl_mutex_unlock(&s->mu);
     return done;
@@ -645,6 +662,7 @@ void sl_worker_server_stop(sl_worker_server_t *s)
     s->stopping = true; /* no client is accepted from now on */
     bool done = s->finished && s->outstanding == 0 && !s->fail_code;
     pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->state_cv);
     sl_mutex_unlock(&s->mu);
     shutdown(s->lfd, SHUT_RDWR); /* wakes the accept thread's poll (Linux) */
     pthread_join(s->accept_thread, NULL);
@@ -706,6 +724,7 @@ void sl_worker_server_destroy(sl_worker_server_t *s)
     sl_mutex_destroy(&s->mu);
     sl_mutex_destroy(&s->order_mu);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->state_cv);
     sl_rpc_secret_free(s->secret);
     sl_free(s->a, s, sizeof *s);
 }

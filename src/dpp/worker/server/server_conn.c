@@ -141,9 +141,24 @@ static bool may_send(const sl_worker_server_item_t *it, bool credit, uint32_t wi
     return it->origin.epoch < win_epoch || (it->origin.epoch == win_epoch && g < win_limit);
 }
 
+/* The window a sender read under s->mu, for sendable(). */
+typedef struct send_check {
+    bool credit;
+    uint32_t win_epoch;
+    uint64_t win_limit;
+} send_check_t;
+
+/* sl_worker_queue_pop_if's test: may the head go (may_send)? */
+static bool sendable(const sl_worker_msg_t *head, void *ctx)
+{
+    const send_check_t *k = ctx;
+    return may_send(head->ptr, k->credit, k->win_epoch, k->win_limit);
+}
+
 static void *sender_main(void *arg)
 {
     client_t *c = arg;
+    pthread_setname_np(pthread_self(), "sl-w-send");
     struct sl_worker_server *s = c->s;
     sl_error_t err = {0};
     sl_mutex_lock(&s->mu);
@@ -183,13 +198,14 @@ static void *sender_main(void *arg)
                                    : c->rank_plus_one ? s->ready[c->rank_plus_one]
                                                       : NULL;
             sl_mutex_unlock(&s->mu);
-            sl_err_t rc = q ? sl_worker_queue_pop(q, &m, 0) : SL_ERR_TIMEOUT;
-            if (rc == SL_OK && !may_send(m.ptr, credit, win_epoch, win_limit)) {
-                /* the rank's queue is in g order: nothing behind it may go */
-                sl_worker_queue_push_front(q, &m);
-                rc = SL_ERR_AGAIN;
-                refused = true;
-            }
+            /* looked at and taken in one step: a head refused stays, and a
+             * lower g queued meanwhile goes before it (popping it and
+             * pushing it back to the front put it ahead of such a g, past
+             * the window for good: the rank stalled) */
+            send_check_t chk = {credit, win_epoch, win_limit};
+            sl_err_t rc = q ? sl_worker_queue_pop_if(q, &m, sendable, &chk) : SL_ERR_TIMEOUT;
+            /* the rank's queue is in g order: nothing behind it may go */
+            refused = rc == SL_ERR_AGAIN;
             sl_mutex_lock(&s->mu);
             bool any = rc != SL_OK && credit && !c->share_slot && my_turn(s, c);
             sl_mutex_unlock(&s->mu);
@@ -205,7 +221,7 @@ static void *sender_main(void *arg)
             if (rc == SL_OK) {
                 sl_worker_server_item_t *it = m.ptr;
                 if (c->closed || s->stopping) {
-                    sl_worker_queue_push_front(q, &m);
+                    dpp_server_put_back(q, &m);
                     break;
                 }
                 if (it->lease.handle && s->o.lease_live &&
@@ -308,7 +324,7 @@ static void *sender_main(void *arg)
 /* Handle an ACK under s->mu. @return false (with msg) for an id this
  * worker never sent. */
 static bool handle_ack(struct sl_worker_server *s, client_t *c, const Sluice__Dpp__Ack *ack,
-                       char *msg, size_t cap) SL_REQUIRES(s->mu)
+                       bool wake, char *msg, size_t cap) SL_REQUIRES(s->mu)
 {
     for (size_t i = 0; i < ack->n_delivery_ids; i++) {
         uint64_t id = ack->delivery_ids[i];
@@ -339,13 +355,14 @@ static bool handle_ack(struct sl_worker_server *s, client_t *c, const Sluice__Dp
         if (!by_shm || !dpp_server_hold(s, c, it, id)) dpp_server_item_free(s, it);
     }
     if (!dpp_server_release(s, c, ack->released_ids, ack->n_released_ids, msg, cap)) return false;
-    pthread_cond_broadcast(&s->cv);
+    if (wake) pthread_cond_broadcast(&s->cv);
     return true;
 }
 
 void *dpp_server_client_main(void *arg)
 {
     client_t *c = arg;
+    pthread_setname_np(pthread_self(), "sl-w-recv");
     struct sl_worker_server *s = c->s;
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
@@ -470,8 +487,14 @@ void *dpp_server_client_main(void *arg)
         goto out;
     }
     c->send_started = true;
+    /* Buffered from here (the handshake read exact sizes, so nothing of
+     * what follows was taken yet): a trainer's ACK and credit sent together
+     * come out of one read. */
+    sl_rpc_inbuf_t in;
+    sl_rpc_inbuf_init(&in, c->fd);
     for (;;) {
-        if (s->o.idle_timeout_ms > 0) {
+        /* bytes already read may hold the next frame: poll only without */
+        if (s->o.idle_timeout_ms > 0 && sl_rpc_inbuf_buffered(&in) == 0) {
             struct pollfd p = {.fd = c->fd, .events = POLLIN};
             int r = poll(&p, 1, s->o.idle_timeout_ms);
             if (r < 0 && errno == EINTR) continue;
@@ -486,7 +509,7 @@ void *dpp_server_client_main(void *arg)
                 continue; /* the trainer is busy with batches it holds */
             }
         }
-        rc = sl_rpc_recv(c->fd, &s->o.limits, s->a, &f, &err);
+        rc = sl_rpc_recv_from(sl_rpc_inbuf_read, &in, &s->o.limits, s->a, &f, &err);
         if (rc != SL_OK) {
             sl_mutex_lock(&s->mu);
             bool quiet = c->closed || s->stopping;
@@ -497,12 +520,16 @@ void *dpp_server_client_main(void *arg)
             }
             break;
         }
-        sl_mutex_lock(&s->mu);
-        c->last_rx_ms = sl_clock_ms();
-        sl_mutex_unlock(&s->mu);
+        uint64_t now_ms = sl_clock_ms();
+        if (f.type != SL_RPC_REQUEST && f.type != SL_RPC_ACK) {
+            sl_mutex_lock(&s->mu);
+            c->last_rx_ms = now_ms;
+            sl_mutex_unlock(&s->mu);
+        }
         if (f.type == SL_RPC_REQUEST) {
             const Sluice__Dpp__Request *r = (const Sluice__Dpp__Request *)f.msg;
             sl_mutex_lock(&s->mu);
+            c->last_rx_ms = now_ms;
             if (r->shm_attached && !c->shm_on) {
                 /* only after the side channel took this connection's nonce,
                  * and before any credit: every batch of the connection
@@ -529,8 +556,14 @@ void *dpp_server_client_main(void *arg)
             pthread_cond_broadcast(&s->cv);
             sl_mutex_unlock(&s->mu);
         } else if (f.type == SL_RPC_ACK) {
+            /* With the next frame already here (a trainer's credit sent
+             * with its ACK) the wake-up waits for it: one wake of the
+             * sender for both, not one that finds no credit yet. That
+             * frame's handling wakes, or the end of the connection. */
+            bool wake = !sl_rpc_inbuf_frame_ready(&in);
             sl_mutex_lock(&s->mu);
-            bool ok = handle_ack(s, c, (const Sluice__Dpp__Ack *)f.msg, msg, sizeof msg);
+            c->last_rx_ms = now_ms;
+            bool ok = handle_ack(s, c, (const Sluice__Dpp__Ack *)f.msg, wake, msg, sizeof msg);
             sl_mutex_unlock(&s->mu);
             if (!ok) {
                 send_error(c, SL_ERR_PROTOCOL, msg);

@@ -120,6 +120,10 @@ struct sl_worker_server {
     uint32_t nshare;
     sl_mutex_t mu;
     pthread_cond_t cv;
+    /* finished or stopping set: what sl_worker_server_wait_done waits for
+     * until the producer finishes, instead of cv, which every batch's
+     * hand-over, ACK and credit wakes (several times a batch) */
+    pthread_cond_t state_cv;
     bool finished, stopping, stopped;
     bool waits_ended; /* sl_worker_server_wait_room returns at once */
     sl_err_t fail_code;
@@ -195,6 +199,10 @@ sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t ra
  * ((epoch, g) order; a batch without g never does)? For
  * sl_worker_queue_push_sorted. */
 bool dpp_server_g_later(const sl_worker_msg_t *queued, const sl_worker_msg_t *m);
+/* m, taken from rank queue q and not sent, back to q: an ordered batch
+ * to its g's place (a lower g may have been queued while it was out, by
+ * a hold released outside s->mu), any other to the front. */
+void dpp_server_put_back(sl_worker_queue_t *q, const sl_worker_msg_t *m);
 
 /* Free a frame of the server's (a heap block or s->a's). */
 void dpp_server_frame_free(struct sl_worker_server *s, void *frame, size_t len);

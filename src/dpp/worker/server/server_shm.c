@@ -179,6 +179,7 @@ static void serve(struct sl_worker_server *s, int fd)
 void *dpp_server_shm_main(void *arg)
 {
     struct sl_worker_server *s = arg;
+    pthread_setname_np(pthread_self(), "sl-w-shm");
     /* the listening socket, then each holder's (slot k at 1 + k) */
     struct pollfd *p = sl_calloc(s->a, (size_t)s->nholders + 1, sizeof *p);
     for (;;) {
