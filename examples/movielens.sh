@@ -33,6 +33,7 @@ rm -rf "$work/ml"
 # The spec names its table by an absolute path: point it at this one.
 sed "s|\"/tmp/sluice-movielens\"|\"$work/ml\"|" "$here/jobs/movielens.json" >"$work/movielens.json"
 
+: >"$work/worker.log" # there before the loop reads it (the worker's redirect opens it later)
 "$sluice" worker --job "$work/movielens.json" --listen 127.0.0.1:0 --exit-when-done \
     >"$work/worker.log" 2>&1 &
 worker=$!

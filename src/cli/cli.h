@@ -60,6 +60,16 @@ typedef struct sl_cli_admin_args {
  * process's to add. */
 sl_admin_opts_t sl_cli_admin_opts(const sl_cli_admin_args_t *adm, const char *address);
 
+/* The values of sl_cli_store_read_group: how a process that reads an
+ * s3:// table or Parquet dataset (worker, master, table inspect, verify
+ * and cat) bounds its object store requests. */
+typedef struct sl_cli_store_read_args {
+    uint64_t timeout_ms, max_attempts;
+} sl_cli_store_read_args_t;
+extern const sl_cli_group_t sl_cli_store_read_group;
+/* The store options those values give (the rest the defaults). */
+struct sl_store_opts sl_cli_store_read_opts(const sl_cli_store_read_args_t *sr);
+
 /* The resume token files paths (sluice read --token-out) into body, the
  * JSON of POST /jobs or /jobs/{id}/resubmit: one as "resume_token" (base64),
  * several as "resume_tokens". cmd names the command in messages. @return
@@ -67,10 +77,30 @@ sl_admin_opts_t sl_cli_admin_opts(const sl_cli_admin_args_t *adm, const char *ad
  * 2 for more than 1024. */
 int sl_cli_resume_tokens_json(const char *cmd, const sl_cli_list_t *paths, json_t *body);
 
-/* Raise this process's open-file limit to its hard limit: a server's
- * connection caps (control, trainer and admin connections) should be what
- * bounds its sockets, not a low default soft limit. Best effort. */
-void sl_cli_raise_nofile(void);
+/* The start of a server process (master, worker), once its options are
+ * checked and before its threads: the cluster secret read from
+ * secret_file (NULL: $SLUICE_CLUSTER_SECRET_FILE, else none; rpc/auth.h)
+ * into *secret (caller's, free with sl_rpc_secret_free; NULL when none),
+ * and the open-file limit raised to its hard limit, so that the server's
+ * connection caps (control, trainer and admin connections), not a low
+ * default soft limit, bound its sockets (best effort). @return 0, or 1
+ * with why printed as "sluice <cmd>: <why>". */
+int sl_cli_server_start(const char *cmd, const char *secret_file, char **secret);
+
+/* A command of a group of commands (`sluice jobs list`, `sluice store
+ * ls`): its name and option table, whose summary the group's usage shows. */
+typedef struct sl_cli_verb {
+    const char *name;
+    const sl_cli_cmd_t *cmd;
+} sl_cli_verb_t;
+
+/* `sluice GROUP <command> ...`: which of the n verbs argv[1] names.
+ * synopsis follows "usage: sluice GROUP <command> " in the usage.
+ * @return the verb's index; or -1 with *code the exit code and the usage
+ * printed: on stdout after --help, -h or help (0), on stderr when argv[1]
+ * is missing or names no verb (2; the nearest name suggested). */
+int sl_cli_verb_find(const char *group, const char *synopsis, const sl_cli_verb_t *verbs, size_t n,
+                     int argc, char **argv, int *code);
 
 /* Write the libraries' log records (common/log.h) to stderr as
  * "sluice <cmd>: <message>" lines. */

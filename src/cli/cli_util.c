@@ -1,6 +1,6 @@
 /* Helpers shared by the commands of the sluice program: the options of the
- * admin endpoint that master and worker both serve, the open-file limit and
- * the log handler. */
+ * admin endpoint that master and worker both serve, their process start,
+ * the log handler and the lookup of a group's commands. */
 #include "cli.h"
 
 #include <stdbool.h>
@@ -8,6 +8,9 @@
 #include <sys/resource.h>
 
 #include "common/log.h"
+#include "common/suggest.h"
+#include "rpc/auth.h"
+#include "store/store.h"
 
 /* "sluice <cmd>: <message>" on stderr, as the libraries' records read to
  * a person; one write per record, so concurrent lines do not mix. */
@@ -29,12 +32,57 @@ void sl_cli_log_to_stderr(const char *cmd)
     sl_log_set_handler(log_stderr, name);
 }
 
-void sl_cli_raise_nofile(void)
+static void verbs_usage(FILE *out, const char *group, const char *synopsis,
+                        const sl_cli_verb_t *verbs, size_t n)
 {
+    fprintf(out, "usage: sluice %s <command> %s\n\ncommands:\n", group, synopsis);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  %-10s %s\n", verbs[i].name, verbs[i].cmd->summary);
+    fprintf(out, "\n`sluice %s <command> --help` describes a command's options.\n", group);
+}
+
+int sl_cli_verb_find(const char *group, const char *synopsis, const sl_cli_verb_t *verbs, size_t n,
+                     int argc, char **argv, int *code)
+{
+    if (argc < 2) {
+        verbs_usage(stderr, group, synopsis, verbs, n);
+        *code = 2;
+        return -1;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        verbs_usage(stdout, group, synopsis, verbs, n);
+        *code = 0;
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(name, verbs[i].name) == 0) return (int)i;
+    sl_suggest_t sg;
+    sl_suggest_init(&sg, name, strlen(name));
+    for (size_t i = 0; i < n; i++)
+        sl_suggest_offer_str(&sg, verbs[i].name);
+    char hint[160];
+    fprintf(stderr, "sluice %s: unknown command '%s'%s\n", group, name,
+            sl_suggest_hint(&sg, "", hint, sizeof hint));
+    verbs_usage(stderr, group, synopsis, verbs, n);
+    *code = 2;
+    return -1;
+}
+
+int sl_cli_server_start(const char *cmd, const char *secret_file, char **secret)
+{
+    sl_error_t err = {0};
+    *secret = NULL;
+    if (sl_rpc_secret_load(secret_file, secret, &err) != SL_OK) {
+        fprintf(stderr, "sluice %s: %s\n", cmd, err.msg);
+        return 1;
+    }
     struct rlimit r;
-    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
-    r.rlim_cur = r.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &r);
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+    }
+    return 0;
 }
 
 #define ADMIN(field) offsetof(sl_cli_admin_args_t, field)
@@ -54,6 +102,32 @@ static const sl_cli_opt_t admin_opts[] = {
 
 const sl_cli_group_t sl_cli_admin_group = {"admin endpoint", "admin endpoint options", admin_opts,
                                            sizeof admin_opts / sizeof admin_opts[0]};
+
+#define STORE_READ(field) offsetof(sl_cli_store_read_args_t, field)
+
+/* One definition for every command that reads a table or dataset through
+ * an object store, so that the worker, the master and the table commands
+ * bound a hung object the same way (docs/STORAGE.md). */
+static const sl_cli_opt_t store_read_opts[] = {
+    {"store-timeout-ms", SL_CLI_UINT, "MS", "60000", NULL, 1, UINT32_MAX, 0, STORE_READ(timeout_ms),
+     "one attempt of an object store request reading an s3:// table or Parquet dataset "
+     "(transfer included); a request that takes longer fails and is retried as the store's "
+     "other transient failures are (docs/STORAGE.md)"},
+    {"store-max-attempts", SL_CLI_UINT, "N", "5", NULL, 1, 100, 0, STORE_READ(max_attempts),
+     "tries of one object store request reading an s3:// table or Parquet dataset that fails in "
+     "a retryable way (5xx, 429, SlowDown, a reset, a timeout), with capped exponential backoff "
+     "between them"},
+};
+
+const sl_cli_group_t sl_cli_store_read_group = {"store reads", "object store read options",
+                                                store_read_opts,
+                                                sizeof store_read_opts / sizeof store_read_opts[0]};
+
+sl_store_opts_t sl_cli_store_read_opts(const sl_cli_store_read_args_t *sr)
+{
+    return (sl_store_opts_t){.request_timeout_ms = (uint32_t)sr->timeout_ms,
+                             .max_attempts = (uint32_t)sr->max_attempts};
+}
 
 sl_admin_opts_t sl_cli_admin_opts(const sl_cli_admin_args_t *adm, const char *address)
 {

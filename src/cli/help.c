@@ -40,6 +40,7 @@ static const section_t sections[] = {
     {&sl_cli_parquet_cat_cmd, NULL},   {&sl_cli_store_ls_cmd, NULL},
     {&sl_cli_store_stat_cmd, NULL},    {&sl_cli_store_cat_cmd, NULL},
     {&sl_cli_store_put_cmd, NULL},     {NULL, &sl_cli_store_group},
+    {NULL, &sl_cli_store_read_group},
 };
 #define NUM_SECTIONS (sizeof sections / sizeof sections[0])
 

@@ -18,7 +18,6 @@
 
 #include "cli.h"
 #include "common/mem.h"
-#include "common/suggest.h"
 #include "dpp/admin/endpoint.h"
 #include "http.h"
 
@@ -288,54 +287,25 @@ static int run(verb_t verb, const sl_cli_cmd_t *cmd, const jobs_args_t *a)
     return code;
 }
 
-static const struct {
-    const char *name;
-    verb_t verb;
-    const sl_cli_cmd_t *cmd;
-} verbs[] = {
-    {"list", LIST, &sl_cli_jobs_list_cmd},
-    {"show", SHOW, &sl_cli_jobs_show_cmd},
-    {"delete", DELETE, &sl_cli_jobs_delete_cmd},
-    {"scale", SCALE, &sl_cli_jobs_scale_cmd},
-    {"resubmit", RESUBMIT, &sl_cli_jobs_resubmit_cmd},
+/* In verb_t's order: a verb's index is its verb_t. */
+static const sl_cli_verb_t verbs[] = {
+    {"list", &sl_cli_jobs_list_cmd},         {"show", &sl_cli_jobs_show_cmd},
+    {"delete", &sl_cli_jobs_delete_cmd},     {"scale", &sl_cli_jobs_scale_cmd},
+    {"resubmit", &sl_cli_jobs_resubmit_cmd},
 };
-
-static void jobs_usage(FILE *out)
-{
-    fprintf(out, "usage: sluice jobs <command> --admin HOST:PORT [options]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        fprintf(out, "  %-10s %s\n", verbs[i].name, verbs[i].cmd->summary);
-    fprintf(out, "\n`sluice jobs <command> --help` describes a command's options.\n");
-}
+_Static_assert(sizeof verbs / sizeof verbs[0] == RESUBMIT + 1, "a verb for each verb_t");
 
 int sl_cli_jobs(int argc, char **argv)
 {
-    if (argc < 2) {
-        jobs_usage(stderr);
-        return 2;
-    }
-    const char *name = argv[1];
-    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
-        jobs_usage(stdout);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
-        if (strcmp(name, verbs[i].name) != 0) continue;
-        jobs_args_t a = {0};
-        sl_cli_parsed_t parsed;
-        int code = sl_cli_parse(verbs[i].cmd, argc - 1, argv + 1, &a, &parsed)
-                       ? run(verbs[i].verb, verbs[i].cmd, &a)
-                       : parsed.code;
-        sl_cli_free(verbs[i].cmd, &a);
-        return code;
-    }
-    sl_suggest_t sg;
-    sl_suggest_init(&sg, name, strlen(name));
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        sl_suggest_offer_str(&sg, verbs[i].name);
-    char hint[160];
-    fprintf(stderr, "sluice jobs: unknown command '%s'%s\n", name,
-            sl_suggest_hint(&sg, "", hint, sizeof hint));
-    jobs_usage(stderr);
-    return 2;
+    int code;
+    int i = sl_cli_verb_find("jobs", "--admin HOST:PORT [options]", verbs,
+                             sizeof verbs / sizeof verbs[0], argc, argv, &code);
+    if (i < 0) return code;
+    jobs_args_t a = {0};
+    sl_cli_parsed_t parsed;
+    code = sl_cli_parse(verbs[i].cmd, argc - 1, argv + 1, &a, &parsed)
+               ? run((verb_t)i, verbs[i].cmd, &a)
+               : parsed.code;
+    sl_cli_free(verbs[i].cmd, &a);
+    return code;
 }

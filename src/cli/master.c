@@ -31,6 +31,7 @@ typedef struct master_args {
     uint64_t lease_ms, split_failures, client_idle_ms, fleet, compact, max_conns, handshake_ms,
         conn_idle_ms, kafka_ahead, kafka_watch_ms, cache_size, history_ms, cache_wait_ms;
     sl_cli_admin_args_t adm;
+    sl_cli_store_read_args_t store;
     sl_cli_log_args_t log;
 } master_args_t;
 
@@ -126,7 +127,10 @@ const sl_cli_cmd_t sl_cli_master_cmd = {
     .about = "Runs the DPP master with its admin endpoint (and, with --executor local, the "
              "jobs' workers as processes of this machine; with --executor kubernetes, the "
              "replicas of the workers' Deployment) until SIGINT or SIGTERM.",
-    .groups = {{&master_group, 0}, {&sl_cli_admin_group, M(adm)}, {&sl_cli_log_group, M(log)}},
+    .groups = {{&master_group, 0},
+               {&sl_cli_store_read_group, M(store)},
+               {&sl_cli_admin_group, M(adm)},
+               {&sl_cli_log_group, M(log)}},
 };
 
 /* Path of this program, for the executor's worker processes. */
@@ -228,12 +232,10 @@ int sl_cli_master(int argc, char **argv)
         fprintf(stderr, "sluice master: token: %s\n", err.msg);
         return 1;
     }
-    if (sl_rpc_secret_load(secret_file, &secret, &err) != SL_OK) {
-        fprintf(stderr, "sluice master: %s\n", err.msg);
+    if (sl_cli_server_start("master", secret_file, &secret) != 0) {
         sl_admin_token_free(token);
         return 1;
     }
-    sl_cli_raise_nofile();
     if (access(state, F_OK) != 0 && mkdir(state, 0755) != 0) {
         fprintf(stderr, "sluice master: --state %s: cannot create: %m\n", state);
         sl_admin_token_free(token);
@@ -256,7 +258,9 @@ int sl_cli_master(int argc, char **argv)
                           .history_every_ms = args.history_ms,
                           .cache_dir = args.cache_dir,
                           .cache_max_bytes = args.cache_size,
-                          .cache_wait_ms = args.cache_wait_ms};
+                          .cache_wait_ms = args.cache_wait_ms,
+                          .store_timeout_ms = (uint32_t)args.store.timeout_ms,
+                          .store_max_attempts = (uint32_t)args.store.max_attempts};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

@@ -65,7 +65,7 @@ typedef struct sl_cli_group {
         NULL, NULL, opts, sizeof opts / sizeof opts[0]                                             \
     }
 
-#define SL_CLI_MAX_GROUPS 3
+#define SL_CLI_MAX_GROUPS 4
 
 typedef struct sl_cli_cmd {
     const char *name;     /* "worker", "table gen" */

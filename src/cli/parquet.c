@@ -179,18 +179,28 @@ static void print_schema(const sl_pq_meta_t *m)
     }
 }
 
+/* The file at path opened, its reader in src (close with
+ * sl_pq_source_file_close after sl_pq_file_destroy). @return NULL with
+ * why printed as "sluice parquet <verb>: ...". */
+static sl_pq_file_t *open_file(const char *verb, const char *path, sl_pq_source_t *src)
+{
+    sl_error_t err = {0};
+    sl_pq_file_t *f = NULL;
+    if (sl_pq_source_file(path, src, &err) != SL_OK ||
+        sl_pq_file_open(src, path, NULL, &f, &err) != SL_OK) {
+        fprintf(stderr, "sluice parquet %s: %s\n", verb, err.msg);
+        sl_pq_source_file_close(src);
+        return NULL;
+    }
+    return f;
+}
+
 static int inspect(const pq_args_t *a)
 {
     const char *path = a->file.items[0];
-    sl_error_t err = {0};
     sl_pq_source_t src;
-    sl_pq_file_t *f = NULL;
-    if (sl_pq_source_file(path, &src, &err) != SL_OK ||
-        sl_pq_file_open(&src, path, NULL, &f, &err) != SL_OK) {
-        fprintf(stderr, "sluice parquet inspect: %s\n", err.msg);
-        sl_pq_source_file_close(&src);
-        return 1;
-    }
+    sl_pq_file_t *f = open_file("inspect", path, &src);
+    if (f == NULL) return 1;
     const sl_pq_meta_t *m = sl_pq_file_meta(f);
     printf("file %s: %" PRId64 " rows, %u row groups, %u columns, format version %d, footer %u "
            "bytes\n",
@@ -386,13 +396,8 @@ static int cat(const pq_args_t *a, bool limit_given, bool group_given)
     const char *path = a->file.items[0];
     sl_error_t err = {0};
     sl_pq_source_t src;
-    sl_pq_file_t *f = NULL;
-    if (sl_pq_source_file(path, &src, &err) != SL_OK ||
-        sl_pq_file_open(&src, path, NULL, &f, &err) != SL_OK) {
-        fprintf(stderr, "sluice parquet cat: %s\n", err.msg);
-        sl_pq_source_file_close(&src);
-        return 1;
-    }
+    sl_pq_file_t *f = open_file("cat", path, &src);
+    if (f == NULL) return 1;
     const sl_pq_meta_t *m = sl_pq_file_meta(f);
     int rc = 0;
     uint32_t *cols = sl_calloc(NULL, m->num_columns ? m->num_columns : 1, sizeof *cols), n = 0;

@@ -321,6 +321,9 @@ int sl_cli_read(int argc, char **argv)
     o.reconnect_ms = args.reconnect_ms == 0 ? -1 : (int)args.reconnect_ms;
     o.cluster_secret_file = args.secret_file;
     o.metrics_address = args.metrics;
+    /* it only reads (counts, prints): no written pages to look for at each
+     * release (sl_trainer_opts_t.shm_read_only) */
+    o.shm_read_only = true;
     uint64_t limit = args.limit; /* 0: until the job ends */
     int timeout_ms = args.timeout == 0 ? -1 : (int)args.timeout;
     bool json = args.json, quiet = args.quiet, ids = args.ids;

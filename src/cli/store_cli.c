@@ -9,7 +9,6 @@
 
 #include "cli.h"
 #include "common/mem.h"
-#include "common/suggest.h"
 #include "store/store.h"
 
 typedef struct store_args {
@@ -235,52 +234,23 @@ static int run(const char *verb, store_args_t *a)
     return rc;
 }
 
-static const struct {
-    const char *name;
-    const sl_cli_cmd_t *cmd;
-} verbs[] = {
+static const sl_cli_verb_t verbs[] = {
     {"ls", &sl_cli_store_ls_cmd},
     {"stat", &sl_cli_store_stat_cmd},
     {"cat", &sl_cli_store_cat_cmd},
     {"put", &sl_cli_store_put_cmd},
 };
 
-static void store_usage(FILE *out)
-{
-    fprintf(out, "usage: sluice store <command> URL [options]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        fprintf(out, "  %-10s %s\n", verbs[i].name, verbs[i].cmd->summary);
-    fprintf(out, "\n`sluice store <command> --help` describes a command's options.\n");
-}
-
 int sl_cli_store(int argc, char **argv)
 {
-    if (argc < 2) {
-        store_usage(stderr);
-        return 2;
-    }
-    const char *name = argv[1];
-    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
-        store_usage(stdout);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
-        if (strcmp(name, verbs[i].name) != 0) continue;
-        store_args_t a = {0};
-        sl_cli_parsed_t parsed;
-        int code = sl_cli_parse(verbs[i].cmd, argc - 1, argv + 1, &a, &parsed)
-                       ? run(verbs[i].name, &a)
-                       : parsed.code;
-        sl_cli_free(verbs[i].cmd, &a);
-        return code;
-    }
-    sl_suggest_t sg;
-    sl_suggest_init(&sg, name, strlen(name));
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        sl_suggest_offer_str(&sg, verbs[i].name);
-    char hint[160];
-    fprintf(stderr, "sluice store: unknown command '%s'%s\n", name,
-            sl_suggest_hint(&sg, "", hint, sizeof hint));
-    store_usage(stderr);
-    return 2;
+    int code;
+    int i = sl_cli_verb_find("store", "URL [options]", verbs, sizeof verbs / sizeof verbs[0], argc,
+                             argv, &code);
+    if (i < 0) return code;
+    store_args_t a = {0};
+    sl_cli_parsed_t parsed;
+    code = sl_cli_parse(verbs[i].cmd, argc - 1, argv + 1, &a, &parsed) ? run(verbs[i].name, &a)
+                                                                       : parsed.code;
+    sl_cli_free(verbs[i].cmd, &a);
+    return code;
 }

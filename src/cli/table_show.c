@@ -10,6 +10,8 @@
 #include "progress.h"
 #include "cli.h"
 #include "table_cli.h"
+#include "store/store.h"
+#include "warehouse/table_tools.h"
 #include "warehouse/warehouse.h"
 
 /* ---- inspect ---- */
@@ -95,6 +97,7 @@ typedef struct show_args {
     bool json, detail;
     const char *filter, *features;
     uint64_t limit;
+    sl_cli_store_read_args_t store;
 } show_args_t;
 
 #define SA(field) offsetof(show_args_t, field)
@@ -104,8 +107,8 @@ typedef struct show_args {
             "only partitions passing the filter, e.g. 'ds>=2026-01-02,ds<2026-01-05'"              \
     }
 #define TABLE_DIR                                                                                  \
-    .args = "DIR", .args_doc = "table directory", .min_args = 1, .max_args = 1,                    \
-    .args_offset = SA(dir)
+    .args = "DIR", .args_doc = "table directory or s3://BUCKET/PREFIX", .min_args = 1,             \
+    .max_args = 1, .args_offset = SA(dir)
 
 static const sl_cli_opt_t inspect_opts[] = {
     {"json", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, SA(json), "print JSON"},
@@ -117,11 +120,11 @@ static const sl_cli_group_t inspect_group = SL_CLI_OWN_GROUP(inspect_opts);
 const sl_cli_cmd_t sl_cli_table_inspect_cmd = {
     .name = "table inspect",
     .summary = "schema, partitions, files, bytes per feature, compression and dedup ratios",
-    .synopsis = "sluice table inspect DIR [--json] [--detail] [--partition-filter EXPR]",
+    .synopsis = "sluice table inspect DIR [--json] [--detail] [--partition-filter EXPR] [options]",
     .about = "Schema, partitions, files, rows, bytes per feature, compression and dedup ratios, "
              "from the files' footers (no data is read).",
     TABLE_DIR,
-    .groups = {{&inspect_group, 0}},
+    .groups = {{&inspect_group, 0}, {&sl_cli_store_read_group, SA(store)}},
 };
 
 static const sl_cli_group_t verify_group = {NULL, NULL, NULL, 0};
@@ -129,12 +132,12 @@ static const sl_cli_group_t verify_group = {NULL, NULL, NULL, 0};
 const sl_cli_cmd_t sl_cli_table_verify_cmd = {
     .name = "table verify",
     .summary = "check every checksum; exit 1 naming file, stripe and stream",
-    .synopsis = "sluice table verify DIR",
+    .synopsis = "sluice table verify DIR [options]",
     .about = "Checks the schema and every data file: header, footer, trailer, the checksum of "
              "every stream, and decodes every stripe. Prints each problem (file, stripe and "
              "stream) and exits 1 when there is one, 0 when the table is clean.",
     TABLE_DIR,
-    .groups = {{&verify_group, 0}},
+    .groups = {{&verify_group, 0}, {&sl_cli_store_read_group, SA(store)}},
 };
 
 static const sl_cli_opt_t cat_opts[] = {
@@ -149,10 +152,11 @@ static const sl_cli_group_t cat_group = SL_CLI_OWN_GROUP(cat_opts);
 const sl_cli_cmd_t sl_cli_table_cat_cmd = {
     .name = "table cat",
     .summary = "print rows as JSON lines (the jsonl import format)",
-    .synopsis = "sluice table cat DIR [--features a,b] [--limit N] [--partition-filter EXPR]",
+    .synopsis = "sluice table cat DIR [--features a,b] [--limit N] [--partition-filter EXPR] "
+                "[options]",
     .about = "Prints rows as JSON lines (the jsonl import format): files in table order.",
     TABLE_DIR,
-    .groups = {{&cat_group, 0}},
+    .groups = {{&cat_group, 0}, {&sl_cli_store_read_group, SA(store)}},
 };
 
 static int inspect(const show_args_t *a);
@@ -177,7 +181,8 @@ static int inspect(const show_args_t *a)
     if (filter_text != NULL && sl_wh_filter_parse(filter_text, NULL, &filter, &err) != SL_OK)
         return sl_cli_usage_error("table inspect", "%s", err.msg);
     sl_wh_inspect_t *ins = NULL;
-    sl_err_t rc = sl_wh_inspect_table(dir, filter, NULL, &ins, &err);
+    sl_store_opts_t so = sl_cli_store_read_opts(&a->store);
+    sl_err_t rc = sl_wh_inspect_table_with(dir, &so, filter, NULL, &ins, &err);
     sl_wh_filter_destroy(filter);
     if (rc != SL_OK) {
         fprintf(stderr, "sluice table inspect: %s\n", err.msg);
@@ -209,24 +214,24 @@ static void on_problem(void *ctx, const sl_wh_problem_t *p)
     fflush(stdout);
 }
 
-static int verify(const char *dir);
+static int verify(const show_args_t *a);
 
 int tcli_verify(int argc, char **argv)
 {
     show_args_t a = {0};
     sl_cli_parsed_t parsed;
-    int rc = sl_cli_parse(&sl_cli_table_verify_cmd, argc, argv, &a, &parsed)
-                 ? verify(a.dir.items[0])
-                 : parsed.code;
+    int rc =
+        sl_cli_parse(&sl_cli_table_verify_cmd, argc, argv, &a, &parsed) ? verify(&a) : parsed.code;
     sl_cli_free(&sl_cli_table_verify_cmd, &a);
     return rc;
 }
 
-static int verify(const char *dir)
+static int verify(const show_args_t *a)
 {
     sl_wh_verify_stats_t st;
     sl_error_t err = {0};
-    sl_err_t rc = sl_wh_verify_table(dir, NULL, on_problem, NULL, &st, &err);
+    sl_store_opts_t so = sl_cli_store_read_opts(&a->store);
+    sl_err_t rc = sl_wh_verify_table_with(a->dir.items[0], &so, NULL, on_problem, NULL, &st, &err);
     char b[32];
     if (rc != SL_OK && st.problems == 0) {
         fprintf(stderr, "sluice table verify: %s\n", err.msg);
@@ -282,7 +287,9 @@ static int cat(const show_args_t *a, bool limit_given)
         sl_wh_filter_destroy(filter);
         return 0;
     }
-    sl_wh_cat_opts_t o = {.features = names, .num_features = n, .filter = filter, .limit = limit};
+    sl_store_opts_t so = sl_cli_store_read_opts(&a->store);
+    sl_wh_cat_opts_t o = {
+        .features = names, .num_features = n, .filter = filter, .limit = limit, .store = &so};
     uint64_t rows = 0;
     sl_err_t rc = sl_wh_cat_table(a->dir.items[0], &o, stdout, &rows, &err);
     if (fflush(stdout) != 0 && rc == SL_OK) rc = sl_error_set(&err, SL_ERR_IO, "write failed");

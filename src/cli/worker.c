@@ -26,9 +26,10 @@
 typedef struct worker_args {
     const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file, *cache_dir;
     uint64_t cache_size, threads, memory_limit, max_credits, max_clients, conn_idle_ms,
-        share_window, max_queued, share_stall_ms, shm_bytes, store_timeout_ms, store_max_attempts;
+        share_window, max_queued, share_stall_ms, shm_bytes;
     bool exit_when_done, no_share, no_fused, no_decode_maps, no_shm;
     sl_cli_admin_args_t adm;
+    sl_cli_store_read_args_t store;
     sl_cli_log_args_t log;
 } worker_args_t;
 
@@ -108,13 +109,6 @@ static const sl_cli_opt_t wopts[] = {
     {"cache-size", SL_CLI_SIZE, "BYTES", "8G", NULL, 1, UINT64_MAX, 0, W(cache_size),
      "with `--cache-dir`: the bytes of cache files this worker keeps; past it the least recently "
      "used are removed (and the master told)"},
-    {"store-timeout-ms", SL_CLI_UINT, "MS", "60000", NULL, 1, UINT32_MAX, 0, W(store_timeout_ms),
-     "one attempt of an object store request reading an s3:// table (transfer included); a "
-     "request that takes longer fails and is retried as the store's other transient failures "
-     "are (docs/STORAGE.md)"},
-    {"store-max-attempts", SL_CLI_UINT, "N", "5", NULL, 1, 100, 0, W(store_max_attempts),
-     "tries of one object store request reading an s3:// table that fails in a retryable way "
-     "(5xx, 429, SlowDown, a reset, a timeout), with capped exponential backoff between them"},
     {"no-shm", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_shm),
      "no shared-memory frame heap: every batch goes over the trainer's socket"},
 };
@@ -129,12 +123,26 @@ const sl_cli_cmd_t sl_cli_worker_cmd = {
     .about = "Runs the job's pipeline (read, filter, batch, dedup, transform, encode) and serves "
              "the batches to trainer clients. Prints `listening on HOST:PORT` once ready and a "
              "summary at the end. SIGINT/SIGTERM stop it cleanly.",
-    .groups = {{&worker_group, 0}, {&sl_cli_admin_group, W(adm)}, {&sl_cli_log_group, W(log)}},
+    .groups = {{&worker_group, 0},
+               {&sl_cli_store_read_group, W(store)},
+               {&sl_cli_admin_group, W(adm)},
+               {&sl_cli_log_group, W(log)}},
 };
 
 static int usage_error(const char *fmt, const char *arg)
 {
     return sl_cli_usage_error("worker", fmt, arg);
+}
+
+/* The host of a HOST:PORT address (the option table checked its form),
+ * into buf: printed with the port the process got, port 0 having asked
+ * for any. */
+static const char *host_of(const char *addr, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", addr);
+    char *colon = strrchr(buf, ':');
+    if (colon) *colon = '\0';
+    return buf;
 }
 
 static void print_problems(const char *what, const sl_pipeline_problems_t *p)
@@ -196,8 +204,8 @@ int sl_cli_worker(int argc, char **argv)
     o.no_decode_maps = args.no_decode_maps;
     o.shm_bytes = args.shm_bytes;
     o.no_shm = args.no_shm;
-    o.store_timeout_ms = (uint32_t)args.store_timeout_ms;
-    o.store_max_attempts = (uint32_t)args.store_max_attempts;
+    o.store_timeout_ms = (uint32_t)args.store.timeout_ms;
+    o.store_max_attempts = (uint32_t)args.store.max_attempts;
     o.worker_id = args.worker_id;
     o.max_clients = (uint32_t)args.max_clients;
     o.client_conn_idle_ms = (int)args.conn_idle_ms;
@@ -227,15 +235,11 @@ int sl_cli_worker(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
-    sl_error_t err = {0};
-    char *secret = NULL;
-    if (sl_rpc_secret_load(secret_file, &secret, &err) != SL_OK) {
-        fprintf(stderr, "sluice worker: %s\n", err.msg);
-        return 1;
-    }
+    char *secret;
+    if (sl_cli_server_start("worker", secret_file, &secret) != 0) return 1;
     /* copied by the server and the lease client; wiped at exit */
     o.cluster_secret = secret;
-    sl_cli_raise_nofile();
+    sl_error_t err = {0};
     sl_pipeline_problems_t problems = {0};
     sl_pipeline_job_t *job = NULL;
     sl_worker_t *w = NULL;
@@ -252,20 +256,16 @@ int sl_cli_worker(int argc, char **argv)
             return 1;
         }
         char host[256];
-        snprintf(host, sizeof host, "%s", admin_addr);
-        char *colon = strrchr(host, ':');
-        if (colon) *colon = '\0';
-        printf("admin on %s:%u\n", host, (unsigned)sl_worker_admin_port(admin));
+        printf("admin on %s:%u\n", host_of(admin_addr, host, sizeof host),
+               (unsigned)sl_worker_admin_port(admin));
         fflush(stdout);
     }
     if (master) {
         char admin_real[300] = "";
         if (admin) {
-            snprintf(admin_real, sizeof admin_real, "%s", admin_addr);
-            char *colon = strrchr(admin_real, ':');
-            if (colon)
-                snprintf(colon, sizeof admin_real - (size_t)(colon - admin_real), ":%u",
-                         (unsigned)sl_worker_admin_port(admin));
+            char host[256];
+            snprintf(admin_real, sizeof admin_real, "%s:%u", host_of(admin_addr, host, sizeof host),
+                     (unsigned)sl_worker_admin_port(admin));
         }
         sl_worker_lease_client_opts_t mo = {.master = master,
                                             .worker_id = o.worker_id,
@@ -281,11 +281,8 @@ int sl_cli_worker(int argc, char **argv)
         rc = sl_worker_lease_prep_new(&mo, o.listen, &prep, &err);
         if (rc == SL_OK) {
             char host[256];
-            snprintf(host, sizeof host, "%s", o.listen);
-            char *colon = strrchr(host, ':');
-            if (colon) *colon = '\0';
-            printf("listening on %s:%u\nregistered with master %s as %s; waiting for work\n", host,
-                   (unsigned)prep.port, master, o.worker_id);
+            printf("listening on %s:%u\nregistered with master %s as %s; waiting for work\n",
+                   host_of(o.listen, host, sizeof host), (unsigned)prep.port, master, o.worker_id);
             fflush(stdout);
         }
         /* wait for the first lease, watching for signals */
@@ -349,10 +346,8 @@ int sl_cli_worker(int argc, char **argv)
         printf("serving job %s\n", sl_worker_job_id(w));
     } else {
         char host[256];
-        snprintf(host, sizeof host, "%s", o.listen);
-        char *colon = strrchr(host, ':');
-        if (colon) *colon = '\0';
-        printf("listening on %s:%u\n", host, (unsigned)sl_worker_port(w));
+        printf("listening on %s:%u\n", host_of(o.listen, host, sizeof host),
+               (unsigned)sl_worker_port(w));
     }
     fflush(stdout);
     double t0 = sl_clock_s();
