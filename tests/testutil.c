@@ -7,6 +7,7 @@
 #include <gnutls/x509.h>
 #include <ftw.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,16 @@ double tu_timeout(double seconds)
     double scale = env != NULL ? atof(env) : 1.0;
     if (scale <= 0) scale = 1.0;
     return seconds * scale;
+}
+
+const char *tu_binary(void)
+{
+    const char *b = getenv("SLUICE_BINARY");
+    if (b == NULL) {
+        fprintf(stderr, "SLUICE_BINARY is not set (run through ctest)\n");
+        abort();
+    }
+    return b;
 }
 
 char *tu_mkdtemp(const char *tag)
@@ -215,7 +226,15 @@ char *tu_read_file(const char *path)
 
 int tu_run(const char *dir, char *const argv[], double timeout_s, char **out, char **err)
 {
-    char *out_path = tu_path(dir, ".tu_run.out"), *err_path = tu_path(dir, ".tu_run.err");
+    /* named by process and call: tests that run at once (ctest -j) may
+     * share dir (".", the build directory) */
+    static atomic_uint calls;
+    char name[64];
+    unsigned call = atomic_fetch_add(&calls, 1);
+    snprintf(name, sizeof name, ".tu_run.%ld.%u.out", (long)getpid(), call);
+    char *out_path = tu_path(dir, name);
+    snprintf(name, sizeof name, ".tu_run.%ld.%u.err", (long)getpid(), call);
+    char *err_path = tu_path(dir, name);
     pid_t pid = fork();
     if (pid < 0) abort();
     if (pid == 0) {

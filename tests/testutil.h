@@ -34,6 +34,10 @@ static inline uint64_t tu_below(uint64_t *state, uint64_t n)
 /* SLUICE_TIMEOUT_SCALE (default 1) times seconds. */
 double tu_timeout(double seconds);
 
+/* The sluice program under test: SLUICE_BINARY, which ctest sets. Aborts
+ * the test, saying so, when it is not set. */
+const char *tu_binary(void);
+
 /* A new empty directory /tmp/sluice-<tag>-XXXXXX; caller frees the path.
  * Aborts the test when it cannot be made. */
 char *tu_mkdtemp(const char *tag);

@@ -19,6 +19,7 @@
 
 #include <xxhash.h>
 
+#include "warehouse/table_tools.h"
 #include "warehouse/warehouse.h"
 
 static void fail(const char *what, const sl_error_t *err)

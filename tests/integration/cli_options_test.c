@@ -36,8 +36,7 @@ static char *out, *err;
  * printed (freed by the next call). @return the exit code. */
 static int sluice(const char *arg, ...)
 {
-    const char *bin = getenv("SLUICE_BINARY");
-    cr_assert_not_null(bin, "SLUICE_BINARY is not set (run through ctest)");
+    const char *bin = tu_binary();
     char *argv[32] = {(char *)bin};
     int n = 1;
     va_list ap;
@@ -206,7 +205,8 @@ Test(cli_options, usage_errors_name_the_option)
     USAGE("demo", "--seed '-1': expected an integer >= 0", "demo", "--seed", "-1");
     USAGE("demo", "--seed '18446744073709551616': expected an integer >= 0", "demo", "--seed",
           "18446744073709551616");
-    USAGE("table cat", "wants one table directory", "table", "cat", "--limit", "3");
+    USAGE("table cat", "wants one table directory or s3://BUCKET/PREFIX", "table", "cat", "--limit",
+          "3");
     USAGE("table inspect", "unexpected argument 'b'", "table", "inspect", "a", "b");
     USAGE("table gen", "--preset criteo|sessions is required", "table", "gen", "--rows", "5",
           "--table", "t");

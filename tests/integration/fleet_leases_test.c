@@ -257,3 +257,103 @@ Test(fleet_leases, the_master_stopped_longer_than_the_control_timeout)
     free(seen);
     free(job);
 }
+
+/* A master whose every journal sync takes 0.9 s (the hook delays every
+ * fdatasync; leases last 0.8 s) with job id over a fresh table of rows
+ * rows in splits of 1000, batches of 250, for `workers` workers. */
+static void slow_sync_job(fu_master_t *m, const char *id, uint64_t rows, uint32_t workers)
+{
+    char table[300], spec[1024];
+    fu_gen(rows, 1000, 1, table, sizeof table);
+    *m = (fu_master_t){.lease_timeout_ms = 800};
+    setenv("SLUICE_JOURNAL_SYNC_DELAY_US", "900000", 1); /* inherited by the master only */
+    fu_master_start(m);
+    unsetenv("SLUICE_JOURNAL_SYNC_DELAY_US");
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"%s\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":250}}", id, table);
+    free(fu_submit(m, spec, 1, "dynamic", workers, workers, NULL));
+}
+
+/* A journal sync longer than the lease timeout (a loaded disk; the hook
+ * delays every fdatasync of the master's journal by 0.9 s, leases last
+ * 0.8 s): the worker's heartbeats that came during a sync were sent in
+ * time, and the worker's calls held for the sync (SPLIT_READ) kept it from
+ * sending any, so no lease of the live worker may run out. */
+Test(fleet_leases, a_sync_longer_than_a_lease_expires_no_live_workers_lease)
+{
+    const uint64_t rows = 2000;
+    char log[300];
+    fu_master_t m;
+    slow_sync_job(&m, "slow-sync", rows, 1);
+    snprintf(log, sizeof log, "%s/worker.log", fu_dir);
+    fu_worker_spawn(m.ctl, "slow-sync", "w0", log);
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    fu_client_t c[1];
+    pthread_t th[1];
+    fu_client_t proto = {
+        .master = m.ctl, .job = "slow-sync", .rows = rows, .epochs = 1, .seen = seen};
+    fu_clients_start(c, th, 1, &proto);
+    fu_clients_join(c, th, 1);
+    fu_assert_once_per_epoch(seen, rows, 1);
+    cr_assert(fu_job_finished(&m, "slow-sync"));
+    cr_assert_eq(fu_status_int(&m, "lease_expiries"), 0,
+                 "a live worker's lease ran out while the journal synced; see %s", fu_dir);
+    fu_master_stop(&m, SIGTERM);
+    free(seen);
+}
+
+/* GET /workers: the leases worker id named in its last heartbeat. */
+static long long worker_leases(const fu_master_t *m, const char *id)
+{
+    json_t *j = fu_get_json(m->admin, "/workers");
+    size_t i;
+    json_t *w;
+    long long n = 0;
+    json_array_foreach(json_object_get(j, "workers"), i, w)
+    {
+        if (strcmp(json_string_value(json_object_get(w, "id")), id) == 0)
+            n = json_integer_value(json_object_get(w, "leases"));
+    }
+    json_decref(j);
+    return n;
+}
+
+/* The same slow syncs with two workers, one killed (SIGKILL) while it
+ * holds a lease: what keeps a waiting worker's leases (answers to its
+ * calls) never reaches a dead one, so its lease still runs out and the
+ * live worker reads the split; the live worker's own leases, while it
+ * waits on the syncs too, never do. */
+Test(fleet_leases, a_slow_sync_still_expires_a_killed_workers_lease)
+{
+    const uint64_t rows = 4000; /* 4 splits */
+    char log0[300], log1[300];
+    fu_master_t m;
+    slow_sync_job(&m, "slow-kill", rows, 2);
+    snprintf(log0, sizeof log0, "%s/worker0.log", fu_dir);
+    snprintf(log1, sizeof log1, "%s/worker1.log", fu_dir);
+    pid_t victim = fu_worker_spawn(m.ctl, "slow-kill", "w1", log1);
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    fu_client_t c[1];
+    pthread_t th[1];
+    fu_client_t proto = {
+        .master = m.ctl, .job = "slow-kill", .rows = rows, .epochs = 1, .seen = seen};
+    fu_clients_start(c, th, 1, &proto);
+    double deadline = fu_now() + tu_timeout(30);
+    while (worker_leases(&m, "w1") == 0) {
+        cr_assert(fu_now() < deadline, "worker w1 never named a lease; see %s", fu_dir);
+        usleep(5 * 1000);
+    }
+    /* w1 first, so that it surely holds a lease when it is killed */
+    fu_worker_spawn(m.ctl, "slow-kill", "w0", log0);
+    fu_kill9(victim);
+    fu_clients_join(c, th, 1);
+    fu_assert_once_per_epoch(seen, rows, 1);
+    cr_assert(fu_job_finished(&m, "slow-kill"));
+    fu_master_stop(&m, SIGTERM);
+    const char *text = read_text(m.log);
+    cr_assert_not_null(strstr(text, "the lease of worker w1 expired"),
+                       "the killed worker's lease never ran out; see %s", m.log);
+    cr_assert_null(strstr(text, "the lease of worker w0 expired"),
+                   "a live worker's lease ran out while the journal synced; see %s", m.log);
+    free(seen);
+}

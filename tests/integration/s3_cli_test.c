@@ -10,8 +10,7 @@
 static int sluice(char **out, char **err, const char *a1, const char *a2, const char *a3,
                   const char *a4, const char *a5)
 {
-    const char *bin = getenv("SLUICE_BINARY");
-    cr_assert_not_null(bin, "SLUICE_BINARY is not set (run through ctest)");
+    const char *bin = tu_binary();
     char *argv[] = {(char *)bin, "store",    (char *)a1, (char *)a2,
                     (char *)a3,  (char *)a4, (char *)a5, NULL};
     return tu_run(".", argv, 60, out, err);

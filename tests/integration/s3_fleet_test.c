@@ -16,32 +16,11 @@
 #define ROWS 40000u
 #define EPOCHS 2u
 
-static const char *up_root;
-static sl_store_t *up_store;
-
-static int up_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if (flag != FTW_F) return 0;
-    char key[1024];
-    snprintf(key, sizeof key, "tbl/%s", path + strlen(up_root) + 1);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_store_put_file(up_store, key, path, &err), SL_OK, "%s", err.msg);
-    return 0;
-}
-
 /* Upload the table at dir (fu_gen's) to s3://bucket/tbl, over what is
  * there, and delete it from disk: the fleet can only read the store. */
 static void upload_table(const char *bucket, const char *dir)
 {
-    char url[200];
-    snprintf(url, sizeof url, "s3://%s", bucket);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_store_open_url(url, NULL, &up_store, NULL, &err), SL_OK, "%s", err.msg);
-    up_root = dir;
-    cr_assert_eq(nftw(dir, up_one, 16, FTW_PHYS), 0);
-    sl_store_destroy(up_store);
+    su_upload_tree(dir, bucket, "tbl");
     cr_assert_eq(nftw(dir, fu_rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
 }
 

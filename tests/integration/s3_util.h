@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include "relay.h"
+#include "store/store.h"
 #include "testutil.h"
 
 #define SU_SKIP 77
@@ -118,6 +120,36 @@ SU_FN void su_bucket(const char *tag, char *name, size_t cap)
     char path[800];
     snprintf(path, sizeof path, "%s/data/%s", su.dir, name);
     cr_assert(mkdir(path, 0755) == 0 || errno == EEXIST, "mkdir %s: %s", path, strerror(errno));
+}
+
+/* nftw passes no context: the upload in progress (one at a time). */
+SU_FN const char *su_up_root, *su_up_prefix;
+SU_FN sl_store_t *su_up_store;
+
+SU_FN int su_up_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag != FTW_F) return 0;
+    char key[1024];
+    snprintf(key, sizeof key, "%s/%s", su_up_prefix, path + strlen(su_up_root) + 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_put_file(su_up_store, key, path, &err), SL_OK, "%s", err.msg);
+    return 0;
+}
+
+/* Upload every file under dir to s3://bucket/prefix/ (keys relative to
+ * dir), over what is there, through the endpoint AWS_ENDPOINT_URL names. */
+SU_FN void su_upload_tree(const char *dir, const char *bucket, const char *prefix)
+{
+    char url[300];
+    snprintf(url, sizeof url, "s3://%s", bucket);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &su_up_store, NULL, &err), SL_OK, "%s", err.msg);
+    su_up_root = dir;
+    su_up_prefix = prefix;
+    cr_assert_eq(nftw(dir, su_up_one, 16, FTW_PHYS), 0);
+    sl_store_destroy(su_up_store);
 }
 
 /* main() of an S3 test: exit 77 (SKIPPED) when the server cannot run here,

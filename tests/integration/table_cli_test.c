@@ -33,13 +33,6 @@ static void teardown(void)
     tu_rm_tree(tmpdir);
 }
 
-static const char *binary(void)
-{
-    const char *b = getenv("SLUICE_BINARY");
-    cr_assert_not_null(b, "SLUICE_BINARY is not set (run through ctest)");
-    return b;
-}
-
 /* Run `sluice ARGS` in tmpdir with stdout to out.txt and stderr to err.txt.
  * @return the exit code. */
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -51,7 +44,7 @@ static int run(const char *fmt, ...)
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > out.txt 2> err.txt < /dev/null", tmpdir,
-             binary(), args);
+             tu_binary(), args);
     int st = system(cmd);
     cr_assert(st != -1 && WIFEXITED(st), "%s did not exit", cmd);
     return WEXITSTATUS(st);
@@ -66,7 +59,7 @@ static int run_stdin(const char *in, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > out.txt 2> err.txt < '%s'", tmpdir, binary(),
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > out.txt 2> err.txt < '%s'", tmpdir, tu_binary(),
              args, in);
     int st = system(cmd);
     cr_assert(st != -1 && WIFEXITED(st), "%s did not exit", cmd);

@@ -2,199 +2,12 @@
  * sessions-like, several files and stripes) -> worker (read, filter, batch,
  * dedup, transform, encode) -> TCP -> trainer clients (sl_trainer_*).
  * Every sample id of the table arrives exactly once per epoch, with one and
- * with three clients; transformed values equal a reference computed here
- * from sl_wh_reader output; filters keep what they should, with weights;
- * and the `sluice worker` program serves a job, exits when done, and
- * rejects a bad spec listing every problem by JSON path (exit 2). */
-#include <criterion/criterion.h>
-
-#include <fcntl.h>
-#include <math.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <jansson.h>
-#include <xxhash.h>
-
-#include "dpp/pipeline/job.h"
-#include "dpp/worker/runtime/worker.h"
-#include "sluice/trainer.h"
-#include "testutil.h"
-#include "warehouse/import.h"
-
-static char tmpdir[256];
-
-static void setup(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-worker-e2e-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-static void teardown(void)
-{
-    tu_rm_tree(tmpdir);
-}
-
-TestSuite(worker_e2e, .init = setup, .fini = teardown);
-
-/* Generate preset's table of rows rows under tmpdir/name. */
-static void gen(const char *name, const char *preset, uint64_t rows, uint64_t seed,
-                uint32_t stripe_rows, uint32_t files, char *dir, size_t cap)
-{
-    snprintf(dir, cap, "%s/%s", tmpdir, name);
-    sl_wh_gen_spec_t spec;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_wh_gen_preset(preset, rows, seed, &spec, &err), SL_OK, "%s", err.msg);
-    spec.files = files;
-    if (strcmp(preset, "sessions") == 0) spec.active_sessions = 64;
-    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
-    go.writer.stripe_rows = stripe_rows;
-    go.writer.no_sync = true;
-    go.writer.cluster_sessions = true;
-    go.threads = 2;
-    cr_assert_eq(sl_wh_gen_table(dir, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
-}
-
-static sl_pipeline_job_t *job_of(const char *json)
-{
-    sl_pipeline_job_t *job = NULL;
-    sl_pipeline_problems_t p = {0};
-    sl_error_t err = {0};
-    sl_err_t rc = sl_pipeline_job_parse(json, strlen(json), &job, &p, &err);
-    cr_assert_eq(rc, SL_OK, "%s", err.msg);
-    sl_pipeline_problems_free(&p);
-    return job;
-}
-
-/* Read every stripe of table (features feats) split by split, as the
- * expanded rows the reference values of a test come from. */
-typedef void (*stripe_fn)(void *ctx, const sl_wh_rows_t *rows);
-
-static void read_table(const char *table, const char *const *feats, uint32_t nf, stripe_fn fn,
-                       void *ctx)
-{
-    sl_wh_table_t *t;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
-    sl_wh_splits_t *sp;
-    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
-    sl_wh_read_opts_t ro = {.features = (const char **)feats, .num_features = nf};
-    for (uint32_t s = 0; s < sp->count; s++) {
-        sl_wh_reader_t *r;
-        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[s], &ro, &r, &err), SL_OK, "%s",
-                     err.msg);
-        const sl_wh_rows_t *rows;
-        sl_err_t rc;
-        while ((rc = sl_wh_reader_next(r, &rows, &err)) == SL_OK && rows != NULL)
-            fn(ctx, rows);
-        cr_assert_eq(rc, SL_OK, "%s", err.msg);
-        sl_wh_reader_close(r);
-    }
-    sl_wh_splits_destroy(sp);
-    sl_wh_table_close(t);
-}
-
-static sl_worker_t *start(const sl_pipeline_job_t *job, uint32_t threads, char *addr, size_t cap)
-{
-    sl_worker_opts_t o = sl_worker_opts_default();
-    o.threads = threads;
-    o.memory_limit = 64u << 20;
-    sl_worker_t *w = NULL;
-    sl_pipeline_problems_t p = {0};
-    sl_error_t err = {0};
-    cr_assert_eq(sl_worker_start(job, &o, &w, &p, &err), SL_OK, "%s", err.msg);
-    sl_pipeline_problems_free(&p);
-    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
-    return w;
-}
-
-/* ---- trainer clients counting sample ids per epoch ---- */
-
-typedef void (*row_check_fn)(void *ctx, const sl_batch_t *b);
-
-typedef struct consumer {
-    const char *addr;
-    uint64_t rows; /* sample ids in [0, rows) */
-    uint32_t epochs;
-    atomic_uint *seen; /* [epochs * rows] */
-    row_check_fn check;
-    void *check_ctx;
-    uint64_t batches, samples;
-    sl_err_t end;
-    char msg[SL_ERROR_MSG_MAX];
-} consumer_t;
-
-static void *consume(void *arg)
-{
-    consumer_t *c = arg;
-    sl_trainer_opts_t o = sl_trainer_opts_default();
-    o.address = c->addr;
-    o.prefetch = 4;
-    sl_trainer_t *t;
-    sl_error_t err = {0};
-    c->end = sl_trainer_connect(&o, &t, &err);
-    if (c->end != SL_OK) {
-        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-        return NULL;
-    }
-    sl_batch_t *b;
-    while ((c->end = sl_trainer_next(t, 20000, &b, &err)) == SL_OK) {
-        c->batches++;
-        c->samples += b->batch_size;
-        cr_assert_not_null(b->sample_ids);
-        cr_assert_lt(b->origin.epoch, c->epochs);
-        for (uint32_t i = 0; i < b->batch_size; i++) {
-            int64_t id = b->sample_ids[i];
-            cr_assert(id >= 0 && (uint64_t)id < c->rows, "sample id %ld", (long)id);
-            atomic_fetch_add(&c->seen[(uint64_t)b->origin.epoch * c->rows + (uint64_t)id], 1);
-        }
-        if (c->check) c->check(c->check_ctx, b);
-        sl_trainer_release(t, b);
-    }
-    snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-    sl_trainer_close(t);
-    return NULL;
-}
-
-/* Run n clients to the end of the job; @return the counts (caller frees). */
-static atomic_uint *run_clients(const char *addr, uint32_t n, uint64_t rows, uint32_t epochs,
-                                row_check_fn check, void *ctx, uint64_t *batches)
-{
-    atomic_uint *seen = calloc(rows * epochs, sizeof *seen);
-    consumer_t cs[8];
-    pthread_t th[8];
-    for (uint32_t i = 0; i < n; i++) {
-        cs[i] = (consumer_t){.addr = addr,
-                             .rows = rows,
-                             .epochs = epochs,
-                             .seen = seen,
-                             .check = check,
-                             .check_ctx = ctx};
-        pthread_create(&th[i], NULL, consume, &cs[i]);
-    }
-    *batches = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        pthread_join(th[i], NULL);
-        cr_assert_eq(cs[i].end, SL_ERR_CLOSED, "client %u ended with %s: %s", i,
-                     sl_err_str(cs[i].end), cs[i].msg);
-        *batches += cs[i].batches;
-    }
-    return seen;
-}
-
-static void assert_once_per_epoch(const atomic_uint *seen, uint64_t rows, uint32_t epochs)
-{
-    for (uint32_t e = 0; e < epochs; e++)
-        for (uint64_t i = 0; i < rows; i++)
-            cr_assert_eq(seen[e * rows + i], 1, "epoch %u sample %lu arrived %u times", e,
-                         (unsigned long)i, seen[e * rows + i]);
-}
+ * with three clients; filters keep what they should, with weights; stored
+ * dedup groups are served as stored; and the `sluice worker` program serves
+ * a job, exits when done, and rejects a bad spec listing every problem by
+ * JSON path (exit 2). Transforms against a reference:
+ * worker_transforms_test.c. */
+#include "worker_e2e_util.h"
 
 Test(worker_e2e, criteo_two_epochs_one_client)
 {
@@ -447,238 +260,7 @@ Test(worker_e2e, sessions_dedup_two_epochs_three_clients)
     sl_pipeline_job_destroy(job);
 }
 
-/* ---- transforms against a reference from the reader ---- */
-
-typedef struct reference {
-    uint64_t rows;
-    float *i1, *i2, *i5; /* by sample id */
-    int64_t *c1, *c2;    /* single-id lists (criteo), -1 when empty */
-    float *label;
-    atomic_uint checked;
-    bool no_weight; /* no filter adds the weight label */
-} reference_t;
-
-static void collect_reference(void *ctx, const sl_wh_rows_t *rows)
-{
-    reference_t *ref = ctx;
-    const sl_batch_t *b = &rows->batch;
-    uint32_t n = b->batch_size;
-    uint64_t ko[3];
-    sl_kjt_key_offsets(&b->sparse, ko);
-    uint64_t off[2] = {ko[0], ko[1]};
-    for (uint32_t i = 0; i < n; i++) {
-        int64_t id = b->sample_ids[i];
-        cr_assert(id >= 0 && (uint64_t)id < ref->rows);
-        ref->i1[id] = b->dense.data[i * 3];
-        ref->i2[id] = b->dense.data[i * 3 + 1];
-        ref->i5[id] = b->dense.data[i * 3 + 2];
-        ref->label[id] = b->labels.data[i * b->labels.cols];
-        int64_t *cs[2] = {ref->c1, ref->c2};
-        for (int k = 0; k < 2; k++) {
-            int32_t len = b->sparse.lengths[k * n + i];
-            cr_assert_leq(len, 1);
-            cs[k][id] = len ? b->sparse.values[off[k]] : -1;
-            off[k] += (uint64_t)len;
-        }
-    }
-}
-
-/* ref->rows set: the columns by sample id, read from table. */
-static void load_reference(const char *table, reference_t *ref)
-{
-    static const char *const feats[] = {"I1", "I2", "I5", "C1", "C2"};
-    uint64_t rows = ref->rows;
-    ref->i1 = calloc(rows, 4), ref->i2 = calloc(rows, 4), ref->i5 = calloc(rows, 4);
-    ref->label = calloc(rows, 4);
-    ref->c1 = calloc(rows, 8), ref->c2 = calloc(rows, 8);
-    read_table(table, feats, 5, collect_reference, ref);
-}
-
-static void reference_free(reference_t *ref)
-{
-    free(ref->i1), free(ref->i2), free(ref->i5), free(ref->label), free(ref->c1), free(ref->c2);
-}
-
-static int col(const sl_dense_t *d, const char *name)
-{
-    for (uint32_t c = 0; c < d->cols; c++)
-        if (d->names && strcmp(d->names[c], name) == 0) return (int)c;
-    return -1;
-}
-
-/* log1p is specified to within 1 ulp of log1p computed in double
- * (docs/JOBS.md); same_float allows that ulp for it. */
-static float ref_log1p(float x)
-{
-    return isnan(x) ? x : (float)log1p(x < 0.0f ? 0.0 : (double)x);
-}
-
-static int64_t ref_sigrid(int64_t id, uint64_t salt, uint64_t size)
-{
-    return (int64_t)(XXH3_64bits_withSeed(&id, sizeof id, salt) % size);
-}
-
-static void same_float(float got, float want, bool one_ulp, int64_t id, const char *what)
-{
-    if (isnan(want))
-        cr_assert(isnan(got), "sample %ld %s: %g, want NaN", (long)id, what, got);
-    else
-        cr_assert(got == want || (one_ulp && (nextafterf(want, INFINITY) == got ||
-                                              nextafterf(want, -INFINITY) == got)),
-                  "sample %ld %s: %.9g, want %.9g (within 1 ulp)", (long)id, what, got, want);
-}
-
-static void check_transforms(void *ctx, const sl_batch_t *b)
-{
-    reference_t *ref = ctx;
-    int i1 = col(&b->dense, "I1"), i2 = col(&b->dense, "I2"), i5 = col(&b->dense, "I5");
-    cr_assert(i1 >= 0 && i2 >= 0 && i5 >= 0);
-    int k1 = sl_kjt_find_key(&b->sparse, "C1"), k2 = sl_kjt_find_key(&b->sparse, "C2");
-    cr_assert(k1 >= 0 && k2 >= 0);
-    uint64_t *ko = malloc((b->sparse.num_keys + 1) * sizeof *ko);
-    sl_kjt_key_offsets(&b->sparse, ko);
-    uint64_t off1 = ko[k1], off2 = ko[k2];
-    int wcol = col(&b->labels, "weight");
-    cr_assert(ref->no_weight ? wcol < 0 : wcol >= 0, "negative_downsample adds the weight label");
-    uint32_t n = b->batch_size, D = b->dense.cols;
-    for (uint32_t i = 0; i < n; i++) {
-        int64_t id = b->sample_ids[i];
-        same_float(b->dense.data[i * D + i1], ref_log1p(ref->i1[id]), true, id, "log1p(I1)");
-        same_float(b->dense.data[i * D + i2], ref_log1p(ref->i2[id]), true, id, "log1p(I2)");
-        same_float(b->dense.data[i * D + i5], ref->i5[id], false, id, "I5 (untouched)");
-        int32_t l1 = b->sparse.lengths[(size_t)k1 * n + i];
-        int32_t l2 = b->sparse.lengths[(size_t)k2 * n + i];
-        cr_assert_eq(l1, ref->c1[id] >= 0 ? 1 : 0);
-        cr_assert_eq(l2, ref->c2[id] >= 0 ? 1 : 0);
-        if (l1) cr_assert_eq(b->sparse.values[off1], ref_sigrid(ref->c1[id], 7, 1000));
-        if (l2) cr_assert_eq(b->sparse.values[off2], ref_sigrid(ref->c2[id], 0, 50));
-        off1 += (uint64_t)l1;
-        off2 += (uint64_t)l2;
-        float label = b->labels.data[i * b->labels.cols];
-        cr_assert_eq(label, ref->label[id]);
-        if (!ref->no_weight)
-            cr_assert_eq(b->labels.data[i * b->labels.cols + (uint32_t)wcol],
-                         label > 0 ? 1.0f : 2.0f, "weight of sample %ld", (long)id);
-        atomic_fetch_add(&ref->checked, 1);
-    }
-    free(ko);
-}
-
-Test(worker_e2e, transforms_and_filters_match_reference)
-{
-    char table[300], addr[64], spec[2048];
-    const uint64_t rows = 12000;
-    gen("criteo", "criteo", rows, 23, 2500, 2, table, sizeof table);
-    reference_t ref = {.rows = rows};
-    load_reference(table, &ref);
-    snprintf(spec, sizeof spec,
-             "{\"id\":\"e2e-transforms\","
-             "\"source\":{\"table\":\"%s\",\"features\":[\"I1\",\"I2\",\"I5\",\"C1\",\"C2\"]},"
-             "\"filters\":[{\"op\":\"negative_downsample\",\"label\":\"label\",\"rate\":0.5,"
-             "\"seed\":9}],"
-             "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"},"
-             "{\"op\":\"log1p\",\"feature\":\"I2\"},"
-             "{\"op\":\"sigrid_hash\",\"feature\":\"C1\",\"table_size\":1000,\"salt\":7},"
-             "{\"op\":\"sigrid_hash\",\"feature\":\"C2\",\"table_size\":50}],"
-             "\"batch\":{\"size\":700}}",
-             table);
-    sl_pipeline_job_t *job = job_of(spec);
-    sl_worker_t *w = start(job, 2, addr, sizeof addr);
-    uint64_t batches;
-    atomic_uint *seen = run_clients(addr, 1, rows, 1, check_transforms, &ref, &batches);
-    /* every positive kept once; negatives at most once, about half of them */
-    uint64_t neg = 0, neg_kept = 0;
-    for (uint64_t i = 0; i < rows; i++) {
-        cr_assert_leq(seen[i], 1);
-        if (ref.label[i] > 0)
-            cr_assert_eq(seen[i], 1, "positive %lu dropped", (unsigned long)i);
-        else {
-            neg++;
-            neg_kept += seen[i];
-        }
-    }
-    cr_assert(neg_kept > neg * 4 / 10 && neg_kept < neg * 6 / 10, "%lu of %lu negatives kept",
-              (unsigned long)neg_kept, (unsigned long)neg);
-    cr_assert_eq(atomic_load(&ref.checked), rows - neg + neg_kept);
-    sl_worker_stats_t st;
-    sl_worker_stats(w, &st);
-    cr_assert_eq(st.rows_read, rows);
-    cr_assert_eq(st.rows_kept, rows - neg + neg_kept);
-    free(seen);
-    reference_free(&ref);
-    sl_worker_destroy(w);
-    sl_pipeline_job_destroy(job);
-}
-
-/* The fused path (docs/WORKER.md): batches inside a stripe are made
- * straight from it with the transforms on the way, batches straddling two
- * stripes by the transform threads; both against the reference, two
- * epochs, every sample once per epoch. With the transforms at decode
- * (docs/WORKER.md "Transforms at decode", the default: log1p and
- * sigrid_hash of these features run in the table reader) or without. */
-static void fused_against_reference(bool no_decode_maps)
-{
-    char table[300], addr[64], spec[2048];
-    const uint64_t rows = 12000;
-    gen("criteo", "criteo", rows, 29, 2500, 2, table, sizeof table);
-    reference_t ref = {.rows = rows, .no_weight = true};
-    load_reference(table, &ref);
-    snprintf(spec, sizeof spec,
-             "{\"id\":\"e2e-fused\","
-             "\"source\":{\"table\":\"%s\",\"features\":[\"I1\",\"I2\",\"I5\",\"C1\",\"C2\"]},"
-             "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"},"
-             "{\"op\":\"log1p\",\"feature\":\"I2\"},"
-             "{\"op\":\"sigrid_hash\",\"feature\":\"C1\",\"table_size\":1000,\"salt\":7},"
-             "{\"op\":\"sigrid_hash\",\"feature\":\"C2\",\"table_size\":50}],"
-             "\"batch\":{\"size\":512,\"epochs\":2}}",
-             table);
-    sl_pipeline_job_t *job = job_of(spec);
-    sl_worker_opts_t o = sl_worker_opts_default();
-    o.threads = 1;
-    o.memory_limit = 64u << 20;
-    o.no_decode_maps = no_decode_maps;
-    sl_worker_t *w = NULL;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
-    uint64_t batches;
-    atomic_uint *seen = run_clients(addr, 1, rows, 2, check_transforms, &ref, &batches);
-    assert_once_per_epoch(seen, rows, 2);
-    cr_assert_eq(atomic_load(&ref.checked), 2 * rows);
-    cr_assert_eq(sl_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
-    sl_worker_stats_t st;
-    sl_worker_stats(w, &st);
-    /* 2 files of 6000 rows in stripes of 2500, 2500, 1000; batches of 512
-     * run across them: per epoch 24 batches. Inside a stripe, after the
-     * batch the previous stripe left open: 4 + 4 + 1 + 4 + 4 + 1 = 18 fused;
-     * the 5 that straddle two stripes and the short last one are not. */
-    cr_assert_eq(st.batches, batches);
-    cr_assert_eq(st.batches, 2 * 24);
-    cr_assert_eq(st.batches_fused, 2 * 18);
-    free(seen);
-    reference_free(&ref);
-    sl_worker_destroy(w);
-    sl_pipeline_job_destroy(job);
-}
-
-Test(worker_e2e, fused_path_matches_reference)
-{
-    fused_against_reference(false);
-}
-
-Test(worker_e2e, fused_path_without_decode_maps_matches_reference)
-{
-    fused_against_reference(true);
-}
-
 /* ---- the sluice worker program ---- */
-
-static const char *binary(void)
-{
-    const char *b = getenv("SLUICE_BINARY");
-    cr_assert_not_null(b, "SLUICE_BINARY is not set (run through ctest)");
-    return b;
-}
 
 static void write_file(const char *path, const char *text)
 {
@@ -732,8 +314,8 @@ Test(worker_e2e, cli_serves_and_exits_when_done)
     snprintf(specpath, sizeof specpath, "%s/job.json", tmpdir);
     snprintf(errpath, sizeof errpath, "%s/worker.err", tmpdir);
     write_file(specpath, spec);
-    char *argv[] = {(char *)binary(), "worker",    "--job", specpath,           "--listen",
-                    "127.0.0.1:0",    "--threads", "2",     "--exit-when-done", NULL};
+    char *argv[] = {(char *)tu_binary(), "worker",    "--job", specpath,           "--listen",
+                    "127.0.0.1:0",       "--threads", "2",     "--exit-when-done", NULL};
     int fd;
     pid_t pid = spawn(argv, &fd, errpath);
     FILE *out = fdopen(fd, "r");
@@ -768,7 +350,8 @@ Test(worker_e2e, cli_stops_on_sigterm)
     snprintf(specpath, sizeof specpath, "%s/job.json", tmpdir);
     snprintf(errpath, sizeof errpath, "%s/worker.err", tmpdir);
     write_file(specpath, spec);
-    char *argv[] = {(char *)binary(), "worker", "--job", specpath, "--listen", "127.0.0.1:0", NULL};
+    char *argv[] = {(char *)tu_binary(), "worker",      "--job", specpath,
+                    "--listen",          "127.0.0.1:0", NULL};
     int fd;
     pid_t pid = spawn(argv, &fd, errpath);
     FILE *out = fdopen(fd, "r");
@@ -815,7 +398,8 @@ Test(worker_e2e, cli_rejects_bad_specs_listing_every_problem)
              "\"batch\":{\"size\":0,\"epochs\":\"two\"}}",
              table);
     write_file(specpath, spec);
-    char *argv[] = {(char *)binary(), "worker", "--job", specpath, "--listen", "127.0.0.1:0", NULL};
+    char *argv[] = {(char *)tu_binary(), "worker",      "--job", specpath,
+                    "--listen",          "127.0.0.1:0", NULL};
     int code;
     char *err = run_capture(argv, &code);
     cr_assert_eq(code, 2, "%s", err);
@@ -836,12 +420,13 @@ Test(worker_e2e, cli_rejects_bad_specs_listing_every_problem)
     cr_assert(strstr(err, "$.transforms[1]") != NULL, "%s", err);
     free(err);
     /* usage errors */
-    char *argv2[] = {(char *)binary(), "worker", "--listen", "127.0.0.1:0", NULL};
+    char *argv2[] = {(char *)tu_binary(), "worker", "--listen", "127.0.0.1:0", NULL};
     err = run_capture(argv2, &code);
     cr_assert_eq(code, 2);
     cr_assert(strstr(err, "--job") != NULL, "%s", err);
     free(err);
-    char *argv3[] = {(char *)binary(), "worker", "--job", specpath, "--memory-limit", "lots", NULL};
+    char *argv3[] = {(char *)tu_binary(), "worker", "--job", specpath,
+                     "--memory-limit",    "lots",   NULL};
     err = run_capture(argv3, &code);
     cr_assert_eq(code, 2);
     cr_assert(strstr(err, "--memory-limit") != NULL, "%s", err);

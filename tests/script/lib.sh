@@ -18,6 +18,7 @@ fail() { echo "$test: $*" >&2; exit 1; }
 # appends its pid to pids.
 start_worker() {
   local log=$work/worker-$3.log
+  : >"$log" # there before the loop reads it (the worker's redirect opens it later)
   "$1" worker --job "$2" --listen 127.0.0.1:0 >"$log" 2>&1 &
   pids+=($!)
   addr=""

@@ -7,8 +7,10 @@
  * Every frame must be byte for byte the same, in the same order, with the
  * same lease ranges. Edge cases: empty stripes and selections, empty lists,
  * missing dense values (NaN), filtered rows (runs with gaps), batches
- * straddling stripes, ranges, no sparse or no dense features. Plans that
- * do not fuse are refused (sl_pipeline_fused_new gives NULL). */
+ * straddling stripes, ranges, no sparse or no dense features, rows with
+ * record times (Kafka's: both paths' BatchInfo.record_time_ms the same, and
+ * each row's own time). Plans that do not fuse are refused
+ * (sl_pipeline_fused_new gives NULL). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -89,11 +91,20 @@ static uint64_t rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* The record time of the row with sample id id: out of order row to row,
+ * and now and then absurd (the deltas wrap and unwrap). */
+static int64_t time_of(int64_t id)
+{
+    if (id % 97 == 0) return id % 2 ? INT64_MIN + id : INT64_MAX - id;
+    return 1764400000000 + id * 3 + (id * 7919) % 61 - 30;
+}
+
 /* A stripe of n random rows as the reader hands them out: F keys (lists of
  * 0..max_len ids, negative ones among them), D dense columns with ~1 in 5
- * missing, 2 labels, sample ids from first; key offsets in *koff. */
+ * missing, 2 labels, sample ids from first, record times (time_of) when
+ * times; key offsets in *koff. */
 static void make_stripe(sl_batch_t *s, uint64_t *rng, int64_t first, uint32_t n, uint32_t F,
-                        uint32_t D, uint32_t max_len, uint64_t *koff)
+                        uint32_t D, uint32_t max_len, bool times, uint64_t *koff)
 {
     sl_arena_t *ar = s->arena;
     int32_t *len = sl_arena_alloc(ar, ((size_t)F * n + 1) * sizeof *len);
@@ -123,18 +134,53 @@ static void make_stripe(sl_batch_t *s, uint64_t *rng, int64_t first, uint32_t n,
         s->labels.data[r * 2 + 1] = (float)(rng_next(rng) % 7) * 0.5f;
         s->sample_ids[r] = first + r;
     }
+    if (times) {
+        s->record_ms = sl_arena_alloc(ar, (n ? n : 1) * sizeof(int64_t));
+        for (uint32_t r = 0; r < n; r++)
+            s->record_ms[r] = time_of(first + r);
+    }
     s->batch_size = n;
+}
+
+/* The block offsets of the stripe's n rows (sl_wh_rows_t.block_offsets),
+ * summed row by row. Caller frees. */
+static uint64_t *block_offsets_of(const sl_batch_t *s, uint32_t F, uint32_t n)
+{
+    const uint32_t nb = n / SL_WH_BLOCK_ROWS + 1;
+    uint64_t *blk = malloc(((size_t)F * nb + 1) * sizeof *blk);
+    for (uint32_t k = 0; k < F; k++) {
+        uint64_t at = 0;
+        for (uint32_t r = 0; r < n; r++) {
+            if (r % SL_WH_BLOCK_ROWS == 0) blk[k * nb + r / SL_WH_BLOCK_ROWS] = at;
+            at += (uint64_t)s->sparse.lengths[(size_t)k * n + r];
+        }
+        if (n % SL_WH_BLOCK_ROWS == 0) blk[k * nb + nb - 1] = at;
+    }
+    return blk;
 }
 
 /* The frames one batcher produced, in order, with their lease ranges. */
 typedef struct frames {
     void *frame[256];
     size_t len[256];
+    int64_t *times[256]; /* record times as BatchInfo carries them, or NULL */
+    uint32_t num_times[256];
     uint64_t from[256], to[256];
     uint32_t n, direct;
     const sl_pipeline_plan_t *plan;
     const sl_pipeline_fused_t *fused;
 } frames_t;
+
+/* The batch's record times (ms over runs of its rows), as the worker hands
+ * them to the server: a transform thread's (xform.c) or the fused path's. */
+static void add_times(frames_t *fr, const int64_t *ms, const sl_worker_row_run_t *runs, uint32_t nr,
+                      uint32_t n)
+{
+    if (!ms) return;
+    fr->times[fr->n] = malloc((n ? n : 1) * sizeof(int64_t));
+    dpp_worker_record_deltas(ms, runs, nr, fr->times[fr->n]);
+    fr->num_times[fr->n] = n;
+}
 
 static void add_frame(frames_t *fr, void *frame, size_t len, const sl_worker_lease_origin_t *lease)
 {
@@ -155,8 +201,13 @@ static sl_err_t general(void *ctx, sl_batch_t *batch, const sl_worker_lease_orig
     void *frame = NULL;
     size_t len = 0;
     if (rc == SL_OK) rc = sl_wire_encode(batch, NULL, &frame, &len, err);
+    if (rc == SL_OK) {
+        cr_assert_lt(fr->n, 256);
+        add_times(fr, batch->record_ms, &(sl_worker_row_run_t){0, batch->batch_size}, 1,
+                  batch->batch_size);
+        add_frame(fr, frame, len, lease);
+    }
     sl_batch_destroy(batch);
-    if (rc == SL_OK) add_frame(fr, frame, len, lease);
     return rc;
 }
 
@@ -177,6 +228,8 @@ static sl_err_t direct(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
     cr_assert_eq(rc, SL_OK, "%s", err->msg);
     cr_assert_eq(len, size);
     free(totals);
+    cr_assert_lt(fr->n, 256);
+    add_times(fr, d->rows->record_ms, d->runs, d->num_runs, d->num_rows);
     add_frame(fr, frame, len, d->lease);
     fr->direct++;
     return SL_OK;
@@ -184,8 +237,10 @@ static sl_err_t direct(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
 
 static void frames_free(frames_t *fr)
 {
-    for (uint32_t i = 0; i < fr->n; i++)
+    for (uint32_t i = 0; i < fr->n; i++) {
         sl_free(NULL, fr->frame[i], fr->len[i]);
+        free(fr->times[i]);
+    }
 }
 
 /* One input stripe and the rows of it to add. */
@@ -195,9 +250,13 @@ typedef struct input {
 } input_t;
 
 /* Run inputs through both batchers (batch size bs; ranged: one range per
- * input, from its first row to its end) and compare every frame. */
-static void compare(fx_t *f, const input_t *in, uint32_t nin, uint32_t bs, uint32_t F, uint32_t D,
-                    uint32_t max_len, bool ranged, uint32_t expect_direct_min)
+ * input, from its first row to its end; times: rows with record times)
+ * and compare every frame and its record times. The direct batcher gets
+ * the block offsets of every other input (the table reader's), so that
+ * its cuts from them and from its cursor both meet the built frames. */
+static void compare_as(fx_t *f, const input_t *in, uint32_t nin, uint32_t bs, uint32_t F,
+                       uint32_t D, uint32_t max_len, bool ranged, bool times,
+                       uint32_t expect_direct_min)
 {
     uint64_t seed = 0x5eed0000u + nin * 131u + bs + F * 7u + D;
     frames_t *fr[2];
@@ -216,7 +275,7 @@ static void compare(fx_t *f, const input_t *in, uint32_t nin, uint32_t bs, uint3
         uint64_t rng = seed + i; /* the same rows for both */
         sl_batch_t *s = sl_batch_new(NULL);
         uint64_t koff[4];
-        make_stripe(s, &rng, first, in[i].rows, F, D, max_len, koff);
+        make_stripe(s, &rng, first, in[i].rows, F, D, max_len, times, koff);
         if (!fused && i == 0) {
             cr_assert_eq(sl_pipeline_fused_new(f->plan, s, &fused, &err), SL_OK, "%s", err.msg);
             cr_assert_not_null(fused, "the plan fuses");
@@ -227,13 +286,18 @@ static void compare(fx_t *f, const input_t *in, uint32_t nin, uint32_t bs, uint3
         for (uint32_t r = 0; r < in[i].rows; r++)
             if (in[i].keep_mod == 0 || (in[i].keep_mod != UINT32_MAX && r % in[i].keep_mod != 1))
                 sel[n++] = r;
+        uint64_t *blk = block_offsets_of(s, F, in[i].rows);
         for (int v = 0; v < 2; v++) {
             sl_worker_lease_origin_t lease = {.split = 5, .from_row = split_row};
             if (ranged)
                 cr_assert_eq(sl_worker_batcher_begin_range(b[v], &lease, 0, &err), SL_OK, "%s",
                              err.msg);
-            sl_worker_rows_origin_t origin = {
-                .epoch = 0, .split_id = 5, .row = split_row, .key_offsets = koff};
+            sl_worker_rows_origin_t origin = {.epoch = 0,
+                                              .split_id = 5,
+                                              .row = split_row,
+                                              /* none: the batcher sums them itself */
+                                              .key_offsets = i % 4 == 1 ? NULL : koff,
+                                              .block_offsets = v == 1 && i % 2 == 0 ? blk : NULL};
             if (n)
                 cr_assert_eq(sl_worker_batcher_add(b[v], s, in[i].keep_mod ? sel : NULL, NULL, n,
                                                    &origin, &err),
@@ -245,6 +309,7 @@ static void compare(fx_t *f, const input_t *in, uint32_t nin, uint32_t bs, uint3
             }
         }
         free(sel);
+        free(blk);
         sl_batch_destroy(s);
         first += in[i].rows;
         split_row += in[i].rows;
@@ -266,6 +331,21 @@ static void compare(fx_t *f, const input_t *in, uint32_t nin, uint32_t bs, uint3
         sl_batch_t *dec = NULL;
         cr_assert_eq(sl_wire_decode(fr[1]->frame[i], fr[1]->len[i], NULL, NULL, &dec, &err), SL_OK,
                      "frame %u: %s", i, err.msg);
+        /* the same record times, and each row's own */
+        cr_assert_eq(fr[0]->times[i] != NULL, times, "frame %u", i);
+        cr_assert_eq(fr[1]->times[i] != NULL, times, "frame %u", i);
+        if (times) {
+            cr_assert_eq(fr[0]->num_times[i], dec->batch_size);
+            cr_assert_eq(fr[1]->num_times[i], dec->batch_size);
+            cr_assert_eq(
+                memcmp(fr[0]->times[i], fr[1]->times[i], dec->batch_size * sizeof(int64_t)), 0,
+                "frame %u: record times differ", i);
+            uint64_t t = 0;
+            for (uint32_t r = 0; r < dec->batch_size; r++) {
+                t += (uint64_t)fr[1]->times[i][r];
+                cr_assert_eq((int64_t)t, time_of(dec->sample_ids[r]), "frame %u row %u", i, r);
+            }
+        }
         sl_batch_destroy(dec);
     }
     for (int v = 0; v < 2; v++) {
@@ -274,6 +354,12 @@ static void compare(fx_t *f, const input_t *in, uint32_t nin, uint32_t bs, uint3
         free(fr[v]);
     }
     sl_pipeline_fused_destroy(fused);
+}
+
+static void compare(fx_t *f, const input_t *in, uint32_t nin, uint32_t bs, uint32_t F, uint32_t D,
+                    uint32_t max_len, bool ranged, uint32_t expect_direct_min)
+{
+    compare_as(f, in, nin, bs, F, D, max_len, ranged, false, expect_direct_min);
 }
 
 Test(fused, whole_stripes_same_frames)
@@ -334,6 +420,24 @@ Test(fused, no_dense_or_no_sparse)
     fx_close(&f);
 }
 
+/* Kafka's rows carry record times: a direct batch carries its rows' times
+ * (the runs' of the stripe, filtered rows skipped) as a built batch does,
+ * whole stripes and ranges (a Kafka stripe is one range), straddling and
+ * filtered ones built. */
+Test(fused, record_times_go_with_the_rows)
+{
+    fx_t f;
+    fx_open(&f, FUSABLE);
+    input_t whole[] = {{1024, 0}, {1024, 0}, {512, 0}};
+    compare_as(&f, whole, 3, 256, 3, 4, 4, false, true, 10);
+    input_t mixed[] = {{700, 0}, {300, UINT32_MAX}, {0, 0},  {900, 3}, {37, 0}, {2048, 4},
+                       {1, 0},   {513, 0},          {100, 2}};
+    compare_as(&f, mixed, 9, 256, 3, 4, 6, false, true, 8);
+    input_t ranged[] = {{128, 0}, {128, 0}, {100, 0}, {600, 0}, {1000, 5}, {128, 0}};
+    compare_as(&f, ranged, 6, 128, 3, 4, 3, true, true, 8);
+    fx_close(&f);
+}
+
 /* What the general path reshapes is not fused. */
 Test(fused, refuses_what_reshapes)
 {
@@ -359,20 +463,24 @@ Test(fused, refuses_what_reshapes)
         fx_open(&f, specs[i]);
         sl_batch_t *s = sl_batch_new(NULL);
         uint64_t rng = 1, koff[4];
-        make_stripe(s, &rng, 0, 16, 3, i == 2 ? 1 : 0, 2, koff);
+        make_stripe(s, &rng, 0, 16, 3, i == 2 ? 1 : 0, 2, false, koff);
         sl_pipeline_fused_t *fused = (void *)1;
         sl_error_t err = {0};
         cr_assert_eq(sl_pipeline_fused_new(f.plan, s, &fused, &err), SL_OK);
         cr_assert_null(fused, "spec %zu must not fuse", i);
+        /* known from the plan alone: the worker's reader sums no block offsets */
+        cr_assert(!sl_pipeline_plan_may_fuse(f.plan), "spec %zu: no shape fuses it", i);
         sl_batch_destroy(s);
         fx_close(&f);
     }
     /* a feature read but not kept (a filter's), weights, groups */
     fx_t f;
     fx_open(&f, FUSABLE);
+    /* the plan may fuse: what refuses it below is the rows' shape */
+    cr_assert(sl_pipeline_plan_may_fuse(f.plan));
     sl_batch_t *s = sl_batch_new(NULL);
     uint64_t rng = 2, koff[4];
-    make_stripe(s, &rng, 0, 16, 3, 4, 2, koff);
+    make_stripe(s, &rng, 0, 16, 3, 4, 2, false, koff);
     sl_pipeline_fused_t *fused = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_pipeline_fused_new(f.plan, s, &fused, &err), SL_OK);

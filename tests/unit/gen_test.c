@@ -12,6 +12,7 @@
 
 #include "testutil.h"
 #include "warehouse/import.h"
+#include "warehouse/table_tools.h"
 
 static char *cat_table(const char *dir, size_t *len, uint64_t *rows)
 {

@@ -10,6 +10,9 @@
 #ifndef SLUICE_TESTS_MASTER_LIFE_H
 #define SLUICE_TESTS_MASTER_LIFE_H
 
+/* Every helper: a test file uses only some. */
+#define ML_FN static __attribute__((unused))
+
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +36,7 @@ typedef struct ml_ops {
 } ml_ops_t;
 
 /* The dump of m, allocated off the counted path. */
-static char *ml_dump(const sl_master_state_t *m, const sl_allocator_t *a)
+ML_FN char *ml_dump(const sl_master_state_t *m, const sl_allocator_t *a)
 {
     char *d;
     size_t len;
@@ -44,7 +47,7 @@ static char *ml_dump(const sl_master_state_t *m, const sl_allocator_t *a)
     return copy;
 }
 
-static ml_life_t *ml_new(const ml_ops_t *ops, tu_alloc_t *ta, const char *dir)
+ML_FN ml_life_t *ml_new(const ml_ops_t *ops, tu_alloc_t *ta, const char *dir)
 {
     ml_life_t *x = calloc(1, ops->size);
     x->o = ops->opts;
@@ -54,7 +57,7 @@ static ml_life_t *ml_new(const ml_ops_t *ops, tu_alloc_t *ta, const char *dir)
 }
 
 /* Steps [from, steps), each must succeed; then sync. */
-static void ml_finish(const ml_ops_t *ops, ml_life_t *x, int from)
+ML_FN void ml_finish(const ml_ops_t *ops, ml_life_t *x, int from)
 {
     sl_error_t err = {0};
     for (int s = from; s < ops->steps; s++)
@@ -63,7 +66,7 @@ static void ml_finish(const ml_ops_t *ops, ml_life_t *x, int from)
 }
 
 /* The state at the end of the life, and after reopening its directory. */
-static void ml_end(ml_life_t *x, const char *what, char **end, char **reopened)
+ML_FN void ml_end(ml_life_t *x, const char *what, char **end, char **reopened)
 {
     sl_error_t err = {0};
     *end = ml_dump(x->m, x->o.allocator);
@@ -76,7 +79,7 @@ static void ml_end(ml_life_t *x, const char *what, char **end, char **reopened)
 
 /* Walk every allocation failure of the life. *want_end (may be NULL) gets
  * the reference's final dump (caller frees). @return the failures walked. */
-static uint64_t ml_walk(const ml_ops_t *ops, tu_alloc_t *ta, char **want_end_out)
+ML_FN uint64_t ml_walk(const ml_ops_t *ops, tu_alloc_t *ta, char **want_end_out)
 {
     char *dir = tu_mkdtemp("master-life");
     ml_life_t *ref = ml_new(ops, ta, dir);

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,6 +95,135 @@ Test(queue, push_sorted_keeps_the_order_and_peek_tail_shows_the_last)
     sl_worker_queue_close(q);
     sl_worker_msg_t late = msg(1);
     cr_assert_eq(sl_worker_queue_push_sorted(q, &late, bytes_later), SL_ERR_CLOSED);
+    sl_worker_queue_destroy(q);
+}
+
+/* pop_if's test for the keys of a window: below limit. */
+static bool below(const sl_worker_msg_t *head, void *ctx)
+{
+    return head->bytes < *(const uint64_t *)ctx;
+}
+
+/* pop_if takes the head only when the test lets it go, and a head refused
+ * stays where it is: a lower key pushed sorted meanwhile goes before it. */
+Test(queue, pop_if_takes_the_head_only_when_it_may_go)
+{
+    sl_worker_queue_t *q = sl_worker_queue_new(NULL, 0);
+    sl_worker_msg_t m = msg(99);
+    uint64_t limit = 10;
+    cr_assert_eq(sl_worker_queue_pop_if(q, &m, below, &limit), SL_ERR_TIMEOUT);
+    sl_worker_msg_t a = msg(20), b = msg(21), c = msg(5);
+    cr_assert_eq(sl_worker_queue_push_sorted(q, &a, bytes_later), SL_OK);
+    cr_assert_eq(sl_worker_queue_push_sorted(q, &b, bytes_later), SL_OK);
+    cr_assert_eq(sl_worker_queue_pop_if(q, &m, below, &limit), SL_ERR_AGAIN);
+    cr_assert_eq(m.bytes, 99, "a refused head is not handed out");
+    cr_assert_eq(sl_worker_queue_len(q), 2);
+    cr_assert_eq(sl_worker_queue_push_sorted(q, &c, bytes_later), SL_OK);
+    cr_assert_eq(sl_worker_queue_pop_if(q, &m, below, &limit), SL_OK);
+    cr_assert_eq(m.bytes, 5);
+    cr_assert_eq(sl_worker_queue_pop_if(q, &m, below, &limit), SL_ERR_AGAIN);
+    limit = 25;
+    cr_assert_eq(sl_worker_queue_pop_if(q, &m, below, &limit), SL_OK);
+    cr_assert_eq(m.bytes, 20);
+    sl_worker_queue_close(q);
+    cr_assert_eq(sl_worker_queue_pop_if(q, &m, below, &limit), SL_OK, "closed: drained first");
+    cr_assert_eq(m.bytes, 21);
+    cr_assert_eq(sl_worker_queue_pop_if(q, &m, below, &limit), SL_ERR_CLOSED);
+    sl_worker_queue_destroy(q);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef struct sorted_feed {
+    sl_worker_queue_t *q;
+    uint64_t n;
+    atomic_ullong taken; /* by the sender */
+    atomic_bool stop;
+} sorted_feed_t;
+
+/* One lower g at a time, each once the sender took the one before: the
+ * sender is refusing the head when each comes. */
+static void *feed_sorted(void *arg)
+{
+    sorted_feed_t *f = arg;
+    for (uint64_t k = 0; k < f->n && !atomic_load(&f->stop); k++) {
+        sl_worker_msg_t m = msg(k);
+        cr_assert_eq(sl_worker_queue_push_sorted(f->q, &m, bytes_later), SL_OK);
+        while (atomic_load(&f->taken) <= k && !atomic_load(&f->stop))
+            sched_yield();
+    }
+    return NULL;
+}
+
+/* The worker's sender and the deterministic order (server_conn.c): a rank's
+ * queue in g order whose head is past the client's g-window, while the
+ * hold queues lower g's, one at a time, in a second thread (a split leased
+ * again after a kill, or bases told out of order). The sender takes only
+ * the g the client waits for; every one of them must reach it, in order,
+ * within a bound. The sender once popped the head and pushed it back to
+ * the front when refused: a lower g sorted in while the head was out went
+ * behind it, and the rank stalled for good (fleet_order_test, found by
+ * CI). */
+Test(queue, a_refused_head_never_goes_ahead_of_a_lower_g_pushed_meanwhile)
+{
+    enum { N = 2000, HIGH = 1000000 };
+    sl_worker_queue_t *q = sl_worker_queue_new(NULL, 0);
+    for (uint64_t k = HIGH; k < HIGH + 4; k++) {
+        sl_worker_msg_t m = msg(k);
+        cr_assert_eq(sl_worker_queue_push_sorted(q, &m, bytes_later), SL_OK);
+    }
+    /* rounds until N or the time budget; a stall is no g taken for a while
+     * (the old sender's stall was for good; a loaded machine only slows
+     * the rounds down) */
+    double start = now_s(), budget = tu_timeout(5), stall = tu_timeout(4);
+    sorted_feed_t f = {.q = q, .n = N};
+    atomic_init(&f.taken, 0);
+    atomic_init(&f.stop, false);
+    pthread_t th;
+    pthread_create(&th, NULL, feed_sorted, &f);
+    uint64_t next = 0, refused = 0;
+    double last = start;
+    bool stalled = false;
+    while (next < N && !stalled) {
+        uint64_t limit = next + 1; /* the window: the next g only */
+        sl_worker_msg_t m;
+        sl_err_t rc = sl_worker_queue_pop_if(q, &m, below, &limit);
+        double now = now_s();
+        if (rc == SL_OK) {
+            cr_assert_eq(m.bytes, next, "g %llu taken while g %llu was awaited",
+                         (unsigned long long)m.bytes, (unsigned long long)next);
+            atomic_store(&f.taken, ++next);
+            last = now;
+            if (now - start > budget) break; /* enough rounds on a slow machine */
+        } else {
+            cr_assert(rc == SL_ERR_AGAIN || rc == SL_ERR_TIMEOUT, "%s", sl_err_str(rc));
+            refused += rc == SL_ERR_AGAIN;
+            stalled = now - last > stall;
+        }
+    }
+    atomic_store(&f.stop, true);
+    pthread_join(th, NULL);
+    cr_assert_not(stalled, "stalled at g %llu (%llu refusals): the head is past the window",
+                  (unsigned long long)next, (unsigned long long)refused);
+    cr_log_info("%llu rounds, %llu refusals", (unsigned long long)next,
+                (unsigned long long)refused);
+    /* the g pushed as the sender stopped, if any, then the high ones in order */
+    uint64_t limit = UINT64_MAX;
+    sl_worker_msg_t m;
+    if (sl_worker_queue_len(q) == 5) {
+        cr_assert_eq(sl_worker_queue_pop_if(q, &m, below, &limit), SL_OK);
+        cr_assert_eq(m.bytes, next);
+    }
+    cr_assert_eq(sl_worker_queue_len(q), 4);
+    for (uint64_t k = HIGH; k < HIGH + 4; k++) {
+        cr_assert_eq(sl_worker_queue_pop_if(q, &m, below, &limit), SL_OK);
+        cr_assert_eq(m.bytes, k);
+    }
     sl_worker_queue_destroy(q);
 }
 

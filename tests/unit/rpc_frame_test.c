@@ -225,6 +225,115 @@ Test(rpc_frame, large_payload_through_a_socketpair)
     close(sv[1]);
 }
 
+/* An ACK and a REQUEST in one sendmsg are the bytes of two sl_rpc_send
+ * calls; a buffered reader takes both (and what follows) in one read. */
+Test(rpc_frame, frames_sent_together_are_the_frames_sent_apart)
+{
+    int sv[2], sw[2];
+    pair(sv);
+    pair(sw);
+    sl_error_t err = {0};
+    uint64_t ids[2] = {9, 1ull << 33}, rel[1] = {4};
+    Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
+    ack.n_delivery_ids = 2;
+    ack.delivery_ids = ids;
+    ack.n_released_ids = 1;
+    ack.released_ids = rel;
+    Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
+    req.credits = 1;
+    sl_rpc_type_t types[3] = {SL_RPC_ACK, SL_RPC_REQUEST, SL_RPC_GOODBYE};
+    const ProtobufCMessage *msgs[3] = {&ack.base, &req.base, NULL};
+    cr_assert_eq(sl_rpc_send_frames(sv[0], 3, types, msgs, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_rpc_send(sw[0], SL_RPC_ACK, &ack.base, NULL, 0, &err), SL_OK);
+    cr_assert_eq(sl_rpc_send(sw[0], SL_RPC_REQUEST, &req.base, NULL, 0, &err), SL_OK);
+    cr_assert_eq(sl_rpc_send(sw[0], SL_RPC_GOODBYE, NULL, NULL, 0, &err), SL_OK);
+    cr_assert_eq(sl_rpc_send_frames(sv[0], 0, types, msgs, &err), SL_OK); /* nothing */
+    close(sv[0]);
+    close(sw[0]);
+    uint8_t together[512], apart[512];
+    ssize_t n1 = recv(sv[1], together, sizeof together, MSG_PEEK | MSG_WAITALL);
+    ssize_t n2 = recv(sw[1], apart, sizeof apart, MSG_PEEK | MSG_WAITALL);
+    size_t want = 3 * SL_RPC_HEADER_BYTES + protobuf_c_message_get_packed_size(&ack.base) +
+                  protobuf_c_message_get_packed_size(&req.base);
+    cr_assert_eq(n1, (ssize_t)want);
+    cr_assert_eq(n2, (ssize_t)want);
+    cr_assert_eq(memcmp(together, apart, want), 0);
+
+    sl_rpc_inbuf_t in;
+    sl_rpc_inbuf_init(&in, sv[1]);
+    cr_assert_eq(sl_rpc_inbuf_buffered(&in), 0);
+    cr_assert_not(sl_rpc_inbuf_frame_ready(&in));
+    sl_rpc_frame_t f;
+    cr_assert_eq(sl_rpc_recv_from(sl_rpc_inbuf_read, &in, NULL, NULL, &f, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(f.type, SL_RPC_ACK);
+    const Sluice__Dpp__Ack *a = (const Sluice__Dpp__Ack *)f.msg;
+    cr_assert_eq(a->n_delivery_ids, 2);
+    cr_assert_arr_eq(a->delivery_ids, ids, sizeof ids);
+    cr_assert_eq(a->n_released_ids, 1);
+    cr_assert_eq(a->released_ids[0], 4);
+    sl_rpc_frame_free(&f);
+    /* the rest came with the first read */
+    cr_assert_eq(sl_rpc_inbuf_buffered(&in),
+                 want - SL_RPC_HEADER_BYTES - protobuf_c_message_get_packed_size(&ack.base));
+    cr_assert(sl_rpc_inbuf_frame_ready(&in));
+    cr_assert_eq(sl_rpc_recv_from(sl_rpc_inbuf_read, &in, NULL, NULL, &f, &err), SL_OK);
+    cr_assert_eq(f.type, SL_RPC_REQUEST);
+    cr_assert_eq(((const Sluice__Dpp__Request *)f.msg)->credits, 1);
+    sl_rpc_frame_free(&f);
+    cr_assert_eq(sl_rpc_inbuf_buffered(&in), SL_RPC_HEADER_BYTES);
+    cr_assert(sl_rpc_inbuf_frame_ready(&in));
+    cr_assert_eq(sl_rpc_recv_from(sl_rpc_inbuf_read, &in, NULL, NULL, &f, &err), SL_OK);
+    cr_assert_eq(f.type, SL_RPC_GOODBYE);
+    sl_rpc_frame_free(&f);
+    cr_assert_eq(sl_rpc_inbuf_buffered(&in), 0);
+    cr_assert_eq(sl_rpc_recv_from(sl_rpc_inbuf_read, &in, NULL, NULL, &f, &err), SL_ERR_CLOSED);
+
+    /* only message frames go together */
+    sl_rpc_type_t bad[1] = {SL_RPC_BATCH};
+    const ProtobufCMessage *none[1] = {NULL};
+    cr_assert_eq(sl_rpc_send_frames(sw[1], 1, bad, none, &err), SL_ERR_INVALID);
+    sl_rpc_type_t wrong[1] = {SL_RPC_REQUEST};
+    const ProtobufCMessage *acks[1] = {&ack.base};
+    cr_assert_eq(sl_rpc_send_frames(sw[1], 1, wrong, acks, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "request frame: message is a sluice.dpp.Ack");
+    close(sv[1]);
+    close(sw[1]);
+}
+
+/* A buffered reader hands a payload larger than its buffer over whole: the
+ * buffered part, then the rest read straight to its place. */
+Test(rpc_frame, buffered_reader_and_a_large_payload)
+{
+    uint64_t rng = tu_seed("rpc_frame.buffered_large_payload");
+    int sv[2];
+    pair(sv);
+    size_t len = (3u << 20) + 7;
+    uint8_t *payload = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        payload[i] = (uint8_t)tu_next(&rng);
+    big_send_t s = {.fd = sv[0], .payload = payload, .len = len};
+    pthread_t th;
+    pthread_create(&th, NULL, send_big, &s);
+    sl_rpc_inbuf_t in;
+    sl_rpc_inbuf_init(&in, sv[1]);
+    sl_rpc_frame_t f;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_recv_from(sl_rpc_inbuf_read, &in, NULL, NULL, &f, &err), SL_OK, "%s",
+                 err.msg);
+    pthread_join(th, NULL);
+    cr_assert_eq(s.rc, SL_OK);
+    cr_assert_eq(f.type, SL_RPC_BATCH);
+    cr_assert_eq(((const Sluice__Dpp__BatchInfo *)f.msg)->delivery_id, 77);
+    cr_assert_eq(f.payload_len, len);
+    cr_assert_eq(memcmp(f.payload, payload, len), 0);
+    cr_assert_eq(sl_rpc_inbuf_buffered(&in), 0);
+    sl_rpc_frame_free(&f);
+    free(payload);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 /* Write raw bytes then close: what the receiver sees is the whole story. */
 static sl_err_t recv_raw(const void *bytes, size_t n, const sl_rpc_limits_t *lim, sl_error_t *err)
 {

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "sluice/trainer.h"
+#include "testutil.h"
 #include "trainer_fake_worker.h"
 
 static int next_timeout_ms(void)
@@ -512,8 +513,7 @@ Test(trainer_client, close_with_batches_queued)
 /* Run `sluice read ARGS` (stdout captured in out); @return the exit code. */
 static int run_read(const char *args, char *out, size_t cap)
 {
-    const char *bin = getenv("SLUICE_BINARY");
-    cr_assert_not_null(bin, "SLUICE_BINARY is not set (run through ctest)");
+    const char *bin = tu_binary();
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' read %s", bin, args);
     FILE *p = popen(cmd, "r");

@@ -186,9 +186,10 @@ static void peer_stop(peer_t *p)
     sl_shm_heap_destroy(p->heap);
 }
 
-static sl_trainer_t *client(const char *addr, bool no_shm)
+static sl_trainer_t *client_ro(const char *addr, bool no_shm, bool read_only)
 {
     sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.shm_read_only = read_only;
     o.address = addr;
     o.reconnect_ms = -1;
     o.no_shm = no_shm;
@@ -197,6 +198,11 @@ static sl_trainer_t *client(const char *addr, bool no_shm)
     sl_error_t err = {0};
     cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_OK, "%s", err.msg);
     return t;
+}
+
+static sl_trainer_t *client(const char *addr, bool no_shm)
+{
+    return client_ro(addr, no_shm, false);
 }
 
 Test(trainer_shm, a_descriptor_is_copied_out_and_decoded)
@@ -461,6 +467,94 @@ Test(trainer_shm, a_write_into_a_held_block_stays_private_until_the_block_goes_b
                  "%s", err.msg);
     cr_assert_not(dropped, "pages only read are the heap's: kept mapped");
     cr_assert_eq(mine[0], 'B');
+    /* the same by the pagemap's u64s, as on a kernel without PAGEMAP_SCAN
+     * (where the first half ran that way already) */
+    cr_log_info("PAGEMAP_SCAN %s", map.pagemap_scan ? "used" : "not available");
+    map.pagemap_scan = false;
+    mine[SL_RPC_SHM_BLOCK_ALIGN] = 'Y';
+    cr_assert_eq(sl_rpc_shm_forget(&map, off, 2 * SL_RPC_SHM_BLOCK_ALIGN, &dropped, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert(dropped, "the second page written: dropped");
+    cr_assert_eq(mine[SL_RPC_SHM_BLOCK_ALIGN], 'C');
+    cr_assert_eq(sl_rpc_shm_forget(&map, off, 2 * SL_RPC_SHM_BLOCK_ALIGN, &dropped, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_not(dropped);
+    sl_rpc_shm_detach(&map);
+    close(s.cfd);
+    close(s.ufd);
+    sl_shm_heap_free(s.heap, block);
+    sl_shm_heap_destroy(s.heap);
+}
+
+/* shm_read_only (sluice read): a held batch is read in place from a shared
+ * read-only mapping and released as any other. */
+Test(trainer_shm, a_read_only_client_reads_in_place_and_releases)
+{
+    unsetenv("SLUICE_TRAINER_SHM");
+    unsetenv("SLUICE_TRAINER_SHM_COPY");
+    peer_t p;
+    sl_batch_t *want = peer_start_hold(&p, PEER_GOOD, true);
+    sl_trainer_t *t = client_ro(p.addr, false, true);
+    sl_batch_t *b = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_next(t, (int)(tu_timeout(10) * 1000), &b, &err), SL_OK, "%s", err.msg);
+    cr_assert(p.hello_hold);
+    expect_same_frame(want, b);
+    sl_trainer_release(t, b);
+    cr_assert_eq(sl_trainer_next(t, (int)(tu_timeout(10) * 1000), &b, &err), SL_ERR_CLOSED, "%s",
+                 err.msg);
+    sl_trainer_stats_t st;
+    sl_trainer_stats(t, &st);
+    cr_assert_eq(st.batches_shm, 1);
+    sl_trainer_close(t);
+    pthread_join(p.th, NULL);
+    cr_assert_eq(p.nreleased, 1, "one release");
+    cr_assert_eq(p.released[0], 41);
+    cr_assert(hold_ended(p.hold_fd, (int)(tu_timeout(5) * 1000)), "the hold ends with the mapping");
+    close(p.hold_fd);
+    p.hold_fd = -1;
+    close(p.lfd);
+    sl_shm_heap_free(p.heap, p.frame);
+    sl_shm_heap_destroy(p.heap);
+    sl_batch_destroy(want);
+}
+
+/* A read-only hold maps the heap shared: the worker's writes show at once,
+ * a release has nothing to drop, and the hold is kept as with a private
+ * mapping. */
+Test(trainer_shm, a_read_only_hold_maps_the_heap_shared)
+{
+    hold_srv_t s = {.ufd = -1, .cfd = -1};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_shm_heap_new("ro", 64 * 1024, NULL, &s.heap, &err), SL_OK, "%s", err.msg);
+    uint8_t *block = sl_shm_heap_alloc(s.heap, 2 * SL_RPC_SHM_BLOCK_ALIGN);
+    cr_assert_not_null(block);
+    memset(block, 'A', 2 * SL_RPC_SHM_BLOCK_ALIGN);
+    uint64_t off = 0;
+    cr_assert(sl_shm_heap_offset(s.heap, block, &off));
+    char name[SL_RPC_SHM_NAME_MAX];
+    cr_assert_eq(sl_rpc_shm_listen(name, &s.ufd, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_rpc_shm_nonce(s.nonce, &err), SL_OK);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, hold_serve, &s), 0);
+    sl_rpc_shm_map_t map = {0};
+    cr_assert_eq(sl_rpc_shm_attach_read(name, s.nonce, sizeof s.nonce,
+                                        sl_clock_ms() + (uint64_t)(tu_timeout(10) * 1000), true,
+                                        &map, &err),
+                 SL_OK, "%s", err.msg);
+    pthread_join(th, NULL);
+    cr_assert(map.hold);
+    cr_assert(map.read_only);
+    cr_assert_eq(map.pagemap_fd, -1);
+    const uint8_t *mine = map.base + off;
+    cr_assert_eq(mine[0], 'A');
+    block[0] = 'B';
+    cr_assert_eq(mine[0], 'B', "a shared mapping reads the heap");
+    bool dropped = true;
+    cr_assert_eq(sl_rpc_shm_forget(&map, off + 8, 16, &dropped, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_rpc_shm_forget(&map, off, 2 * SL_RPC_SHM_BLOCK_ALIGN, &dropped, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_not(dropped, "nothing of this process's own");
     sl_rpc_shm_detach(&map);
     close(s.cfd);
     close(s.ufd);

@@ -378,6 +378,50 @@ Test(transform, in_place_keeps_buffers)
     sl_wh_schema_destroy(schema);
 }
 
+/* No transform left to run: a batch whose every column is an output comes
+ * out as it went in (its buffers and values untouched), while one with a
+ * column that is not an output, or with weights no output carries, still
+ * goes through the passes that drop them. */
+Test(transform, nothing_to_run_keeps_the_batch)
+{
+    const char *spec = "{\"source\": {\"table\": \"t\"}}";
+    sl_pipeline_job_t *job = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK);
+    sl_wh_schema_t *schema = make_schema();
+    sl_pipeline_plan_t *plan = NULL;
+    cr_assert_eq(sl_pipeline_plan_new(job, schema, &plan, NULL, &err), SL_OK, "%s", err.msg);
+    int32_t len[] = {2, 0, 1, 0};
+    int64_t vals[] = {-1, 7, 9};
+    for (int variant = 0; variant < 3; variant++) {
+        /* 0: every key an output; 1: "zz" is none; 2: weights, no weighted output */
+        sl_batch_t *batch = sl_batch_new(NULL);
+        batch->batch_size = 2;
+        const char *keys[] = {"s0", variant == 1 ? "zz" : "s1"};
+        cr_assert_eq(sl_kjt_init(&batch->sparse, batch->arena, 2, keys, 2, 3, variant == 2), SL_OK);
+        memcpy(batch->sparse.lengths, len, sizeof len);
+        memcpy(batch->sparse.values, vals, sizeof vals);
+        int64_t *before = batch->sparse.values;
+        int32_t *lbefore = batch->sparse.lengths;
+        cr_assert_eq(sl_pipeline_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(batch->sparse.num_keys, variant == 1 ? 1u : 2u, "variant %d", variant);
+        cr_assert_eq(batch->sparse.num_values, variant == 1 ? 2u : 3u, "variant %d", variant);
+        cr_assert_null(batch->sparse.weights, "variant %d", variant);
+        if (variant != 1) {
+            cr_assert_eq(batch->sparse.values, before);
+            cr_assert_eq(batch->sparse.lengths, lbefore);
+        }
+        for (int i = 0; i < (variant == 1 ? 2 : 3); i++)
+            cr_assert_eq(batch->sparse.values[i], vals[i], "variant %d value %d", variant, i);
+        for (int i = 0; i < (variant == 1 ? 2 : 4); i++)
+            cr_assert_eq(batch->sparse.lengths[i], len[i], "variant %d length %d", variant, i);
+        sl_batch_destroy(batch);
+    }
+    sl_pipeline_plan_destroy(plan);
+    sl_pipeline_job_destroy(job);
+    sl_wh_schema_destroy(schema);
+}
+
 /* A plan of one transform spec over make_schema(); caller destroys both. */
 static sl_pipeline_plan_t *plan_of(const char *spec, sl_pipeline_job_t **job,
                                    sl_wh_schema_t **schema)

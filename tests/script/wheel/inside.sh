@@ -96,6 +96,7 @@ cat >"$work/job.json" <<JSON
 {"source": {"table": "$work/table"},
  "batch": {"size": 1024, "epochs": 2, "dedup_groups": {"user": ["user_id", "user_hist", "user_cat"]}}}
 JSON
+: >"$work/worker.log" # there before the loop reads it (the worker's redirect opens it later)
 sluice worker --job "$work/job.json" --listen 127.0.0.1:0 --exit-when-done >"$work/worker.log" 2>&1 &
 pids+=($!)
 addr=""
