@@ -28,6 +28,37 @@ double bench_cpu_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static void *count_alloc(void *ctx, size_t size, size_t align)
+{
+    bench_counting_t *c = ctx;
+    void *p = sl_allocator_default()->alloc(NULL, size, align);
+    if (p != NULL) {
+        c->now += size;
+        if (c->now > c->peak) c->peak = c->now;
+    }
+    return p;
+}
+
+static void count_free(void *ctx, void *ptr, size_t size)
+{
+    bench_counting_t *c = ctx;
+    if (ptr == NULL) return;
+    c->now -= size;
+    sl_allocator_default()->free(NULL, ptr, size);
+}
+
+sl_allocator_t bench_counting_allocator(bench_counting_t *c)
+{
+    return (sl_allocator_t){count_alloc, count_free, c};
+}
+
+int bench_counting_leaked(const bench_counting_t *c)
+{
+    if (c->now == 0) return 0;
+    fprintf(stderr, "leak: %zu bytes\n", c->now);
+    return 1;
+}
+
 int bench_sluice_binary(const char *argv0, const char *who, char *out, size_t cap)
 {
     const char *b = getenv("SLUICE_BINARY");
@@ -41,6 +72,22 @@ int bench_sluice_binary(const char *argv0, const char *who, char *out, size_t ca
     if (access(out, X_OK) == 0) return 0;
     fprintf(stderr, "%s: no sluice program at %s (set SLUICE_BINARY)\n", who, out);
     return -1;
+}
+
+json_t *bench_criteo_transforms(void)
+{
+    json_t *tr = json_array();
+    char name[16];
+    for (int i = 1; i <= 13; i++) {
+        snprintf(name, sizeof name, "I%d", i);
+        json_array_append_new(tr, json_pack("{s:s, s:s}", "op", "log1p", "feature", name));
+    }
+    for (int i = 1; i <= 26; i++) {
+        snprintf(name, sizeof name, "C%d", i);
+        json_array_append_new(tr, json_pack("{s:s, s:s, s:i, s:i}", "op", "sigrid_hash", "feature",
+                                            name, "table_size", 10000000, "salt", i));
+    }
+    return tr;
 }
 
 int bench_gen_criteo(const char *dir, uint64_t rows, uint32_t files, uint32_t stripe_rows,

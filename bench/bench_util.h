@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
+#include "sluice/alloc.h"
 #include "store/store.h"
 #include "warehouse/warehouse.h"
 
@@ -21,6 +24,19 @@ void bench_consume(const void *p, size_t n);
 
 /* Process CPU seconds (user + system), for per-core figures. */
 double bench_cpu_seconds(void);
+
+/* Bytes held now and at the most through an allocator from
+ * bench_counting_allocator. */
+typedef struct bench_counting {
+    size_t now, peak;
+} bench_counting_t;
+
+/* The default allocator, counting into c (borrowed while the allocator
+ * is in use): a benchmark's memory figures. */
+sl_allocator_t bench_counting_allocator(bench_counting_t *c);
+/* Whether anything is still held once all is freed: @return 0, or 1 with
+ * "leak: N bytes" on stderr. */
+int bench_counting_leaked(const bench_counting_t *c);
 
 /* The sluice program for benchmarks that run it: $SLUICE_BINARY, else
  * `sluice` next to argv0 (the benchmark). @return 0, or -1 with a message
@@ -53,6 +69,11 @@ void *bench_trainer_run(void *arg);
  * message on stderr starting with who. */
 int bench_gen_criteo(const char *dir, uint64_t rows, uint32_t files, uint32_t stripe_rows,
                      const char *who);
+
+/* The transforms of a criteo job (JSON of a job spec's "transforms"):
+ * log1p on the 13 dense features I1..I13, sigrid_hash on the 26 sparse
+ * ones C1..C26 (table size 10M, salt i for Ci). Caller owns. */
+json_t *bench_criteo_transforms(void);
 
 /* One read of every data file of table t (in dir) with opts, on this
  * thread: wall and process CPU seconds, rows, decoded bytes (the output

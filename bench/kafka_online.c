@@ -90,6 +90,7 @@ typedef struct phase {
     uint64_t bytes;                /* to the trainer (frames) */
     double factor;                 /* dedup factor of the user group */
     uint64_t batches, shm_batches; /* sent by the worker; of them through shared memory */
+    uint64_t fused;                /* made by the fused path (docs/WORKER.md) */
 } phase_t;
 
 /* 1: librdkafka alone, every partition from its start to its end. */
@@ -224,6 +225,7 @@ static phase_t through_worker(const char *brokers, const char *topic, const sl_w
     r.factor = ws.num_groups ? ws.groups[0].factor : 1.0;
     r.batches = ws.server.batches_sent;
     r.shm_batches = ws.server.shm_batches;
+    r.fused = ws.batches_fused;
     r.own_cpu = (double)ws.cpu_ns / 1e9;
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
@@ -329,6 +331,9 @@ int main(int argc, char **argv)
     printf("  batches through shared memory (docs/PROTOCOL.md): %" PRIu64 " of %" PRIu64
            " with dedup, %" PRIu64 " of %" PRIu64 " without\n",
            with.shm_batches, with.batches, without.shm_batches, without.batches);
+    printf("  batches made by the fused path (docs/WORKER.md): %" PRIu64 " of %" PRIu64
+           " with dedup, %" PRIu64 " of %" PRIu64 " without\n",
+           with.fused, with.batches, without.fused, without.batches);
     if (getloadavg(loads, 3) == 3)
         printf("  load average %.2f %.2f %.2f\n", loads[0], loads[1], loads[2]);
     close(to_child); /* the child ends at the end of its input */

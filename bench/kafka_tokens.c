@@ -22,33 +22,10 @@
 #define CHUNK 4096
 #define BATCH 256
 
-typedef struct counting {
-    size_t now, peak;
-} counting;
-
-static void *count_alloc(void *ctx, size_t size, size_t align)
-{
-    counting *c = ctx;
-    void *p = sl_allocator_default()->alloc(NULL, size, align);
-    if (p != NULL) {
-        c->now += size;
-        if (c->now > c->peak) c->peak = c->now;
-    }
-    return p;
-}
-
-static void count_free(void *ctx, void *ptr, size_t size)
-{
-    counting *c = ctx;
-    if (ptr == NULL) return;
-    c->now -= size;
-    sl_allocator_default()->free(NULL, ptr, size);
-}
-
 static int run(uint32_t chunks, uint32_t clients)
 {
-    counting cnt = {0};
-    sl_allocator_t a = {count_alloc, count_free, &cnt};
+    bench_counting_t cnt = {0};
+    sl_allocator_t a = bench_counting_allocator(&cnt);
     sl_master_state_opts_t o = {
         .allocator = &a, .lease_timeout_ms = 10000, .kafka_chunks_ahead = 2};
     sl_master_state_t *m;
@@ -131,11 +108,7 @@ static int run(uint32_t chunks, uint32_t clients)
            t5 * 1e6, len5, t3 * 1e6, len3);
     sl_master_state_destroy(m);
     fflush(stdout);
-    if (cnt.now != 0) {
-        fprintf(stderr, "leak: %zu bytes\n", cnt.now);
-        return 1;
-    }
-    return 0;
+    return bench_counting_leaked(&cnt);
 }
 
 int main(int argc, char **argv)

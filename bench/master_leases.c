@@ -24,29 +24,6 @@
 
 #define WORKERS 200
 
-typedef struct counting {
-    size_t now, peak;
-} counting;
-
-static void *count_alloc(void *ctx, size_t size, size_t align)
-{
-    counting *c = ctx;
-    void *p = sl_allocator_default()->alloc(NULL, size, align);
-    if (p != NULL) {
-        c->now += size;
-        if (c->now > c->peak) c->peak = c->now;
-    }
-    return p;
-}
-
-static void count_free(void *ctx, void *ptr, size_t size)
-{
-    counting *c = ctx;
-    if (ptr == NULL) return;
-    c->now -= size;
-    sl_allocator_default()->free(NULL, ptr, size);
-}
-
 typedef struct sim {
     bool has;
     sl_master_lease_t l;
@@ -68,8 +45,8 @@ static void rm_state(const char *dir)
 
 static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_t sync_every)
 {
-    counting cnt = {0};
-    sl_allocator_t a = {count_alloc, count_free, &cnt};
+    bench_counting_t cnt = {0};
+    sl_allocator_t a = bench_counting_allocator(&cnt);
     sl_master_state_opts_t o = {.allocator = &a, .lease_timeout_ms = 10000};
     sl_master_store_opts_t so = {.dir = dir};
     sl_master_store_t *store = NULL; /* NULL: journal off, the state in memory */
@@ -196,11 +173,7 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
     else
         sl_master_state_destroy(m);
     fflush(stdout);
-    if (cnt.now != 0) {
-        fprintf(stderr, "leak: %zu bytes\n", cnt.now);
-        return 1;
-    }
-    return 0;
+    return bench_counting_leaked(&cnt);
 }
 
 int main(int argc, char **argv)

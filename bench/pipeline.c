@@ -181,17 +181,7 @@ int main(int argc, char **argv)
     if (gen(criteo, "criteo", rows, seed) || gen(sessions, "sessions", srows, seed)) goto out;
 
     /* (1) criteo: log1p on the dense, sigrid_hash on the sparse features */
-    json_t *tr = json_array();
-    char name[16];
-    for (int i = 1; i <= 13; i++) {
-        snprintf(name, sizeof name, "I%d", i);
-        json_array_append_new(tr, json_pack("{s:s, s:s}", "op", "log1p", "feature", name));
-    }
-    for (int i = 1; i <= 26; i++) {
-        snprintf(name, sizeof name, "C%d", i);
-        json_array_append_new(tr, json_pack("{s:s, s:s, s:i, s:i}", "op", "sigrid_hash", "feature",
-                                            name, "table_size", 10000000, "salt", i));
-    }
+    json_t *tr = bench_criteo_transforms();
     json_t *spec = json_pack("{s:s, s:{s:s}, s:o, s:{s:i}}", "id", "bench-criteo", "source",
                              "table", criteo, "transforms", tr, "batch", "size", 4096);
     run_t warm = {0}, c = {0};

@@ -173,17 +173,7 @@ int main(int argc, char **argv)
            rows, stripe_rows, rounds);
     print_load("before");
     if (gen(table, rows, seed, stripe_rows)) goto out;
-    json_t *tr = json_array();
-    char name[16];
-    for (int i = 1; i <= 13; i++) {
-        snprintf(name, sizeof name, "I%d", i);
-        json_array_append_new(tr, json_pack("{s:s, s:s}", "op", "log1p", "feature", name));
-    }
-    for (int i = 1; i <= 26; i++) {
-        snprintf(name, sizeof name, "C%d", i);
-        json_array_append_new(tr, json_pack("{s:s, s:s, s:i, s:i}", "op", "sigrid_hash", "feature",
-                                            name, "table_size", 10000000, "salt", i));
-    }
+    json_t *tr = bench_criteo_transforms();
     json_t *spec = json_pack("{s:s, s:{s:s}, s:o, s:{s:i}}", "id", "bench-threads", "source",
                              "table", table, "transforms", tr, "batch", "size", 4096);
     run_t warm = {0};
