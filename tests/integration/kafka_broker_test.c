@@ -54,7 +54,7 @@ static void unique_name(char *buf, size_t cap, const char *what)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(buf, cap, "sluice-%s-%d-%lld", what, (int)getpid(), (long long)ts.tv_sec);
+    snprintf(buf, cap, "sluice-%s-%d-%lld", what, ku_run(), (long long)ts.tv_sec);
 }
 
 static rd_kafka_t *new_producer(void)

@@ -126,8 +126,8 @@ static void expect_header(rd_kafka_headers_t *h, size_t idx, const char *name, c
 Test(kafka_worker, bad_records_go_to_the_dead_letter_topic)
 {
     char topic[64], dead[64], spec[1024], addr[64];
-    snprintf(topic, sizeof topic, "worker-dlq-%d", (int)getpid());
-    snprintf(dead, sizeof dead, "worker-dlq-%d.dead", (int)getpid());
+    snprintf(topic, sizeof topic, "worker-dlq-%d", ku_run());
+    snprintf(dead, sizeof dead, "worker-dlq-%d.dead", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     ku_create_topic(p, dead, 1, tu_timeout(30));
@@ -239,7 +239,7 @@ Test(kafka_worker, bad_records_go_to_the_dead_letter_topic)
 Test(kafka_worker, a_missing_dead_letter_topic_fails_the_job)
 {
     char topic[64], spec[1024], addr[64], want[512];
-    snprintf(topic, sizeof topic, "worker-dlqmiss-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "worker-dlqmiss-%d", ku_run());
     rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 1, tu_timeout(30));
     rd_kafka_destroy(p);
@@ -279,8 +279,8 @@ static void dead_log(void *ctx, const sl_log_record_t *rec)
 Test(kafka_worker, a_failing_dead_letter_topic_never_stalls_the_stream)
 {
     char topic[64], dead[64], spec[1024], addr[64];
-    snprintf(topic, sizeof topic, "worker-dlqfail-%d", (int)getpid());
-    snprintf(dead, sizeof dead, "worker-dlqfail-%d.dead", (int)getpid());
+    snprintf(topic, sizeof topic, "worker-dlqfail-%d", ku_run());
+    snprintf(dead, sizeof dead, "worker-dlqfail-%d.dead", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     ku_create_topic(p, dead, 1, tu_timeout(30));

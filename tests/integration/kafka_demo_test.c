@@ -15,7 +15,7 @@ TestSuite(kafka_demo, .init = suite_setup);
 Test(kafka_demo, online_every_sample_once_with_its_figures)
 {
     char topic[64];
-    snprintf(topic, sizeof topic, "demo-online-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "demo-online-%d", ku_run());
     char *argv[] = {(char *)tu_binary(),
                     "demo",
                     "--online",

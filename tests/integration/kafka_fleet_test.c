@@ -188,7 +188,7 @@ typedef struct fleet {
 static void fleet_up(fleet_t *f, const char *name, const char *extra, uint32_t ranks)
 {
     f->name = name;
-    snprintf(f->topic, sizeof f->topic, "fleet-%s-%d", name, (int)getpid());
+    snprintf(f->topic, sizeof f->topic, "fleet-%s-%d", name, ku_run());
     f->good = produce_topic(f->topic, N);
     f->m = (fu_master_t){.lease_timeout_ms = 2000};
     fu_master_start(&f->m);
@@ -378,7 +378,7 @@ Test(kafka_fleet, deleted_offsets_fail_their_chunk_and_the_rest_goes_on)
 Test(kafka_fleet, slow_trainer_pauses_the_partition_within_the_memory_limit)
 {
     char topic[96], spec[2048], log[300];
-    snprintf(topic, sizeof topic, "fleet-slow-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "fleet-slow-%d", ku_run());
     const uint32_t n = 8 * N;
     uint32_t good = produce_topic(topic, n);
     fu_master_t m = {.lease_timeout_ms = 2000};
@@ -423,7 +423,7 @@ Test(kafka_fleet, slow_trainer_pauses_the_partition_within_the_memory_limit)
 Test(kafka_fleet, submission_resolves_partitions_and_names_a_missing_topic)
 {
     char topic[96], spec[2048], *b;
-    snprintf(topic, sizeof topic, "fleet-submit-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "fleet-submit-%d", ku_run());
     produce_topic(topic, N);
     fu_master_t m = {.lease_timeout_ms = 2000};
     fu_master_start(&m);
@@ -431,13 +431,13 @@ Test(kafka_fleet, submission_resolves_partitions_and_names_a_missing_topic)
              "{\"spec\": {\"id\": \"missing\", \"source\": {\"kafka\": {\"brokers\": "
              "\"%s\", \"topics\": [\"%s\", \"no-such-topic-%d\"], \"schema\": " KR_SCHEMA_JSON
              ", \"stop\": \"end\"}}}}",
-             ku_broker.bootstrap, topic, (int)getpid());
+             ku_broker.bootstrap, topic, ku_run());
     double t0 = fu_now();
     int st = fu_http(m.admin, "POST", "/jobs", FU_TOKEN, spec, &b);
     cr_assert_eq(st, 400, "%d %s", st, b);
     char want[160];
     snprintf(want, sizeof want, "$.spec.source.kafka.topics[1]: kafka topic 'no-such-topic-%d'",
-             (int)getpid());
+             ku_run());
     cr_assert(strstr(b, want) != NULL, "no '%s' in %s", want, b);
     cr_assert_lt(fu_now() - t0, tu_timeout(10));
     free(b);

@@ -118,7 +118,7 @@ static void replay(const char *topic, const char *features, const char *extra, u
 Test(kafka_fused, record_times_reach_the_trainer_from_the_fused_path)
 {
     char topic[64];
-    snprintf(topic, sizeof topic, "fused-times-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "fused-times-%d", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     struct timespec ts;

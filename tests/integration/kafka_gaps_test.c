@@ -44,8 +44,8 @@ static void txn_ok(rd_kafka_error_t *e, const char *what)
 Test(kafka_gaps, gaps_markers_and_aborted_records)
 {
     char topic[64], txid[64];
-    snprintf(topic, sizeof topic, "chunk-gaps-%d", (int)getpid());
-    snprintf(txid, sizeof txid, "sluice-chunk-test-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "chunk-gaps-%d", ku_run());
+    snprintf(txid, sizeof txid, "sluice-chunk-test-%d", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("transactional.id", txid, "linger.ms", "1", NULL));
     ku_create_topic(p, topic, 1, tu_timeout(30));
     int tmo = (int)(tu_timeout(30) * 1000);
@@ -125,7 +125,7 @@ Test(kafka_gaps, gaps_markers_and_aborted_records)
 Test(kafka_gaps, deleted_offsets_are_an_error)
 {
     char topic[64];
-    snprintf(topic, sizeof topic, "chunk-retention-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "chunk-retention-%d", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "1", NULL));
     ku_create_topic(p, topic, 1, tu_timeout(30));
     int tmo = (int)(tu_timeout(30) * 1000);

@@ -135,8 +135,8 @@ static void *consume_json(void *arg)
 Test(kafka_json, json_records_with_bad_ones_and_a_dead_letter_topic)
 {
     char topic[64], dead[64], spec[2048], addr[64];
-    snprintf(topic, sizeof topic, "json-%d", (int)getpid());
-    snprintf(dead, sizeof dead, "json-%d.dead", (int)getpid());
+    snprintf(topic, sizeof topic, "json-%d", ku_run());
+    snprintf(dead, sizeof dead, "json-%d.dead", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     ku_create_topic(p, dead, 1, tu_timeout(30));
@@ -236,7 +236,7 @@ Test(kafka_json, json_records_with_bad_ones_and_a_dead_letter_topic)
 Test(kafka_json, sluice_produce_format_json_reads_back_through_the_printed_columns)
 {
     char topic[64], spec[4096], addr[64];
-    snprintf(topic, sizeof topic, "json-produce-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "json-produce-%d", ku_run());
     const char *bin = tu_binary();
     char *dir = tu_mkdtemp("kafka_json");
     char *argv[] = {(char *)bin, "produce", "--brokers",       ku_broker.bootstrap,

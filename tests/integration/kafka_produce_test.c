@@ -69,7 +69,7 @@ static void unique_topic(char *buf, size_t cap, const char *what)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(buf, cap, "sluice-produce-%s-%d-%lld%03ld", what, (int)getpid(), (long long)ts.tv_sec,
+    snprintf(buf, cap, "sluice-produce-%s-%d-%lld%03ld", what, ku_run(), (long long)ts.tv_sec,
              ts.tv_nsec / 1000000);
 }
 

@@ -202,7 +202,7 @@ static void assert_once(const atomic_uint *seen, uint64_t tail)
 static void run_stream(bool kill_master, const char *name)
 {
     char topic[96];
-    snprintf(topic, sizeof topic, "sfleet-%s-%d", name, (int)getpid());
+    snprintf(topic, sizeof topic, "sfleet-%s-%d", name, ku_run());
     new_topic(topic, PARTS);
     /* a first third before the job, the rest while it runs */
     producer_t before = {.topic = topic, .first = 0, .n = N / 3};
@@ -272,7 +272,7 @@ Test(kafka_stream_fleet, master_kill9_and_restart_mid_stream)
 Test(kafka_stream_fleet, a_partition_added_while_the_job_runs_is_read)
 {
     char topic[96];
-    snprintf(topic, sizeof topic, "sfleet-grow-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "sfleet-grow-%d", ku_run());
     new_topic(topic, 1);
     /* the first half into partition 0 (id % 2 == 0 there; odd ids wait) */
     rd_kafka_t *k = kr_producer(ku_conf("linger.ms", "2", NULL));
@@ -322,7 +322,7 @@ Test(kafka_stream_fleet, a_partition_added_while_the_job_runs_is_read)
 Test(kafka_stream_fleet, a_head_chunk_does_not_block_the_workers_other_partitions)
 {
     char topic[96];
-    snprintf(topic, sizeof topic, "sfleet-heads-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "sfleet-heads-%d", ku_run());
     new_topic(topic, PARTS);
     producer_t first = {.topic = topic, .first = 0, .n = 20}; /* 10 in each partition */
     produce_run(&first);
@@ -394,7 +394,7 @@ Test(kafka_stream_fleet, a_head_chunk_does_not_block_the_workers_other_partition
 Test(kafka_stream_fleet, resume_from_a_token_delivers_exactly_the_rest)
 {
     char topic[96];
-    snprintf(topic, sizeof topic, "sfleet-resume-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "sfleet-resume-%d", ku_run());
     new_topic(topic, PARTS);
     producer_t all = {.topic = topic, .first = 0, .n = N};
     produce_run(&all);
@@ -492,7 +492,7 @@ static void ranks_start(fu_client_t *c, pthread_t *th, uint32_t n, const fu_clie
 static void run_ranks(uint32_t w1, uint32_t w2, const char *name, bool faults)
 {
     char topic[96];
-    snprintf(topic, sizeof topic, "sfleet-%s-%d", name, (int)getpid());
+    snprintf(topic, sizeof topic, "sfleet-%s-%d", name, ku_run());
     new_topic(topic, PARTS);
     producer_t all = {.topic = topic, .first = 0, .n = M};
     produce_run(&all);

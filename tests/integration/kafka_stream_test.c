@@ -152,8 +152,8 @@ static int64_t group_offset(const char *group, const char *topic, int32_t partit
 Test(kafka_stream, lag_group_mirror_and_partitions_added)
 {
     char topic[64], job[64], group[80];
-    snprintf(topic, sizeof topic, "stream-lag-%d", (int)getpid());
-    snprintf(job, sizeof job, "lag-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "stream-lag-%d", ku_run());
+    snprintf(job, sizeof job, "lag-%d", ku_run());
     snprintf(group, sizeof group, "sluice-%s", job);
     rd_kafka_t *admin = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
     ku_create_topic(admin, topic, 1, tu_timeout(30));
@@ -198,8 +198,8 @@ Test(kafka_stream, lag_group_mirror_and_partitions_added)
 Test(kafka_stream, a_token_whose_offsets_retention_deleted_is_refused)
 {
     char topic[64], job[64];
-    snprintf(topic, sizeof topic, "stream-retention-%d", (int)getpid());
-    snprintf(job, sizeof job, "ret-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "stream-retention-%d", ku_run());
+    snprintf(job, sizeof job, "ret-%d", ku_run());
     rd_kafka_t *admin = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
     ku_create_topic(admin, topic, 1, tu_timeout(30));
     rd_kafka_destroy(admin);

@@ -57,6 +57,29 @@ KU_FN double ku_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* A number for this test process's topic, job and transaction names: its
+ * pid mixed with the time of the first call in it. A pid alone repeats on
+ * a long-lived broker (a loop of runs), and a topic left by an earlier run
+ * then holds two producers' records. Criterion runs each test in its own
+ * process, so the value is taken again when the pid changes. */
+KU_FN int ku_run(void)
+{
+    static pid_t pid;
+    static int run;
+    if (pid != getpid()) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t h =
+            ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_sec * 1000000000ull ^ (uint64_t)ts.tv_nsec;
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+        pid = getpid();
+        run = (int)(h & 0x7fffffff);
+    }
+    return run;
+}
+
 /* The first line of dir/name into buf (newline dropped); false when the
  * file cannot be read or is empty. */
 KU_FN bool ku_read_line(const char *dir, const char *name, char *buf, size_t cap)

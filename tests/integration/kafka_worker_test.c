@@ -57,7 +57,7 @@ static uint32_t produce(rd_kafka_t *p, const char *topic, int parts, uint32_t fr
 Test(kafka_worker, bounded_replay_two_epochs_two_clients)
 {
     char topic[64], spec[1024], addr[64];
-    snprintf(topic, sizeof topic, "worker-replay-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "worker-replay-%d", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 3, tu_timeout(30));
     const uint32_t n = 3000;
@@ -132,7 +132,7 @@ static void *produce_later(void *arg)
 Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
 {
     char topic[64], spec[1024], addr[64];
-    snprintf(topic, sizeof topic, "worker-stream-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "worker-stream-%d", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     uint32_t good = produce(p, topic, 2, 0, 600);
@@ -201,7 +201,7 @@ Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
 Test(kafka_worker, a_worker_that_drains_full_queues_counts_the_fetcher_wakes)
 {
     char topic[64], spec[1024], addr[64];
-    snprintf(topic, sizeof topic, "worker-wakes-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "worker-wakes-%d", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 1, tu_timeout(30));
     for (uint64_t id = 0; id < 1500; id++) {
@@ -264,7 +264,7 @@ Test(kafka_worker, a_worker_that_drains_full_queues_counts_the_fetcher_wakes)
 Test(kafka_worker, start_and_stop_by_time)
 {
     char topic[64], spec[1024], addr[64];
-    snprintf(topic, sizeof topic, "worker-time-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "worker-time-%d", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     /* ten minutes ago: inside the broker's retention, which goes by CreateTime */
@@ -335,7 +335,7 @@ Test(kafka_worker, memory_limit_holds_the_prefetch)
 Test(kafka_worker, record_times_reach_the_trainer)
 {
     char topic[64], spec[1024], addr[64];
-    snprintf(topic, sizeof topic, "worker-times-%d", (int)getpid());
+    snprintf(topic, sizeof topic, "worker-times-%d", ku_run());
     rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     struct timespec ts;
