@@ -27,6 +27,7 @@ typedef struct fu_client {
     uint64_t *batch_sizes;   /* NULL, or [rows]: samples per delivered batch */
     uint64_t *epoch_batches; /* NULL, or [epochs]: batches delivered per epoch */
     int refresh_ms;          /* the client's refresh_ms; 0: 200 */
+    double wait_s;           /* the longest wait for a batch, before tu_timeout; 0: 30 s */
     sl_trainer_stats_t stats;
     atomic_bool finished; /* the thread is done: the fields above may be read */
     sl_err_t end;
@@ -53,7 +54,7 @@ FU_FN void *fu_client_run(void *arg)
         return NULL;
     }
     sl_batch_t *b;
-    int timeout = (int)(tu_timeout(30) * 1000);
+    int timeout = (int)(tu_timeout(c->wait_s > 0 ? c->wait_s : 30) * 1000);
     while ((c->end = sl_trainer_next(t, timeout, &b, &err)) == SL_OK) {
         if (c->batch_sizes) c->batch_sizes[c->batches] = b->batch_size;
         uint32_t epoch = c->epochs ? b->origin.epoch : 0;

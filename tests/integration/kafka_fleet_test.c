@@ -223,6 +223,9 @@ static void run_replay(fault_t fault, const char *name)
     fu_client_t proto = {.master = m->ctl, .job = job, .rows = N, .epochs = EPOCHS, .seen = seen};
     /* slow enough that the fault lands mid-epoch */
     atomic_init(&proto.delay_us, fault == NONE ? 0 : 15000);
+    /* no batch comes while the broker is down: the wait covers its restart
+     * (up to 90 s below; 29 s was seen on a loaded CI machine) and 30 s more */
+    if (fault == KILL_BROKER) proto.wait_s = 120;
     fu_client_t c[2];
     pthread_t th[2];
     double t0 = fu_now();
