@@ -95,6 +95,34 @@ FU_FN double fu_now(void)
 }
 
 /* The sluice program under test (testutil.h's, by the fleet's name). */
+/* The last `lines` lines of a file to stderr, headed by its path: what a
+ * failing test shows of a process's log, since the test's directory is
+ * removed after it (SLUICE_TEST_KEEP keeps it). */
+FU_FN void fu_print_tail(const char *path, int lines)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "---- %s: cannot open\n", path);
+        return;
+    }
+    char *ring[64] = {0};
+    int n = lines < 64 ? lines : 64, at = 0, seen = 0;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        free(ring[at]);
+        ring[at] = strdup(line);
+        at = (at + 1) % n;
+        seen++;
+    }
+    fclose(f);
+    fprintf(stderr, "---- the last %d lines of %s\n", seen < n ? seen : n, path);
+    for (int i = 0; i < n; i++) {
+        char *l = ring[(at + i) % n];
+        if (l) fputs(l, stderr);
+        free(l);
+    }
+}
+
 FU_FN const char *fu_binary(void)
 {
     return tu_binary();

@@ -117,14 +117,15 @@ static void run_stage(fu_master_t *m, const char *spec, const stage_t *s, char *
     cr_assert(st == 200 || st == 201, "POST /jobs with %u tokens: %d %s", n_in, st, b);
     free(b);
     pid_t w[MAXW];
+    char log[MAXW][400];
     /* ids of their own each run: a killed worker's id may not be free yet */
     static unsigned runs;
     char p = (char)('a' + runs++ % 26);
     for (uint32_t i = 0; i < s->workers; i++) {
-        char id[16], log[400];
+        char id[16];
         snprintf(id, sizeof id, "%c%u", p, i);
-        snprintf(log, sizeof log, "%s/worker-%s.log", fu_dir, id);
-        w[i] = fu_worker_spawn(m->ctl, "det", id, log);
+        snprintf(log[i], sizeof log[i], "%s/worker-%s.log", fu_dir, id);
+        w[i] = fu_worker_spawn(m->ctl, "det", id, log[i]);
     }
     fu_client_t c[MAXR];
     pthread_t th[MAXR];
@@ -170,6 +171,11 @@ static void run_stage(fu_master_t *m, const char *spec, const stage_t *s, char *
     }
     for (uint32_t r = 0; r < s->ranks; r++) {
         pthread_join(th[r], NULL);
+        if (c[r].end != SL_ERR_CLOSED) { /* what the processes saw, before the directory goes */
+            for (uint32_t i = 0; i < s->workers; i++)
+                fu_print_tail(log[i], 40);
+            fu_print_tail(m->log, 60);
+        }
         cr_assert_eq(c[r].end, SL_ERR_CLOSED, "rank %u of %u: %s: %s", r, s->ranks,
                      sl_err_str(c[r].end), c[r].msg);
         out->batches[r] = c[r].batches;
