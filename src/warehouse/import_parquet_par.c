@@ -20,6 +20,7 @@
  * only read: the file's metadata, the byte source (pread; an object's
  * prefetched windows, or the store's ranged reads) and the value maps
  * (pure functions of their values). */
+#include <sched.h>
 #include <string.h>
 
 #include "common/err.h"
@@ -32,6 +33,11 @@ typedef struct helper {
     uint32_t k; /* its group */
     pthread_t th;
     bool started;
+    /* keeping off the caller's CPU (keep_off): the CPUs the helper was
+     * started with, and the one it last left out of them (-1: none) */
+    cpu_set_t allowed;
+    bool can_steer;
+    int left_out;
 } helper_t;
 
 /* The outcome of one group's part of a job. */
@@ -65,6 +71,7 @@ struct imp_pqc_par {
     uint32_t pending; /* helpers still working on this job */
     bool stop;
     group_read_t *g;            /* the row group being read (valid while pending) */
+    int caller_cpu;             /* the CPU the caller posted the job on (-1: unknown) */
     bool decode;                /* the job decodes the next batch */
     const imp_pqc_conv_t *conv; /* and then converts it (NULL: not) */
 };
@@ -116,11 +123,34 @@ static void work(imp_pqc_par_t *p, group_read_t *g, bool decode, const imp_pqc_c
     if (ok) o->converted = conv->fn(conv->ctx, k);
 }
 
+/* A helper woken on the caller's CPU leaves that CPU out of its own set
+ * (the others it was started with), so that the two run side by side.
+ * Left to itself the kernel keeps them together: each wakes the other
+ * once a job, a wake-up is placed on the waker's CPU when no other CPU is
+ * idle at that moment (on a loaded machine, or on 2 cores beside the
+ * Python consumer), and a task that ran a moment ago is not moved by the
+ * balancer; the job's two halves then run in turn, one thread's rate for
+ * two threads' CPU (docs/BENCHMARKS.md "the two rates"). Only the CPU the
+ * caller is on is left out, so on many cores the helper is all but free;
+ * a syscall only when the caller is found on the helper's CPU. */
+static void keep_off(helper_t *h, int caller_cpu)
+{
+    if (!h->can_steer || caller_cpu < 0 || caller_cpu == h->left_out) return;
+    if (sched_getcpu() != caller_cpu) return;
+    cpu_set_t set = h->allowed;
+    if (caller_cpu >= CPU_SETSIZE || !CPU_ISSET(caller_cpu, &set)) return;
+    CPU_CLR(caller_cpu, &set);
+    if (CPU_COUNT(&set) == 0) return; /* one CPU: nowhere else to go */
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0) h->left_out = caller_cpu;
+}
+
 static void *helper_main(void *arg)
 {
     helper_t *h = arg;
     imp_pqc_par_t *p = h->par;
     uint64_t seen = 0;
+    h->can_steer = pthread_getaffinity_np(pthread_self(), sizeof h->allowed, &h->allowed) == 0;
+    h->left_out = -1;
     sl_mutex_lock(&p->mu);
     for (;;) {
         while (!p->stop && p->gen == seen)
@@ -130,7 +160,9 @@ static void *helper_main(void *arg)
         group_read_t *g = p->g;
         bool decode = p->decode;
         const imp_pqc_conv_t *conv = p->conv;
+        int caller_cpu = p->caller_cpu;
         sl_mutex_unlock(&p->mu);
+        keep_off(h, caller_cpu);
         work(p, g, decode, conv, h->k);
         sl_mutex_lock(&p->mu);
         if (--p->pending == 0) pthread_cond_signal(&p->done);
@@ -268,6 +300,7 @@ static bool run_job(imp_pqc_par_t *p, group_read_t *g, bool decode, const imp_pq
     p->g = g;
     p->decode = decode;
     p->conv = conv;
+    p->caller_cpu = sched_getcpu();
     p->gen++;
     p->pending = p->threads - 1;
     pthread_cond_broadcast(&p->go);
