@@ -28,6 +28,10 @@
 #include "common/mem.h"
 #include "pq_cols_internal.h"
 
+/* Who does a group's part of a job: its helper, or the caller when the
+ * helper had not begun it by the time the caller's own part was done. */
+enum { PART_FREE, PART_HELPER, PART_CALLER };
+
 typedef struct helper {
     struct imp_pqc_par *par;
     uint32_t k; /* its group */
@@ -68,7 +72,8 @@ struct imp_pqc_par {
     uint64_t gen;     /* jobs posted */
     uint32_t meeting; /* threads at the job's meeting (conv->pre) */
     uint64_t meets;   /* meetings held */
-    uint32_t pending; /* helpers still working on this job */
+    uint32_t pending; /* parts helpers took and have not done */
+    uint8_t *part;    /* [threads]: who does group k's part of the job (part_t) */
     bool stop;
     group_read_t *g;            /* the row group being read (valid while pending) */
     int caller_cpu;             /* the CPU the caller posted the job on (-1: unknown) */
@@ -157,6 +162,9 @@ static void *helper_main(void *arg)
             sl_cond_wait(&p->go, &p->mu);
         if (p->stop) break;
         seen = p->gen;
+        if (p->part[h->k] != PART_FREE) continue; /* the caller took it */
+        p->part[h->k] = PART_HELPER;
+        p->pending++;
         group_read_t *g = p->g;
         bool decode = p->decode;
         const imp_pqc_conv_t *conv = p->conv;
@@ -192,6 +200,7 @@ void imp_pqc_par_destroy(imp_pqc_par_t *p)
     sl_free(a, p->scratch, p->threads * sizeof *p->scratch);
     sl_free(a, p->h, p->threads * sizeof *p->h);
     sl_free(a, p->out, p->threads * sizeof *p->out);
+    sl_free(a, p->part, p->threads);
     sl_free(a, p->owner, p->cap);
     sl_free(a, p->bytes, p->cap * sizeof *p->bytes);
     sl_free(a, p->load, p->threads * sizeof *p->load);
@@ -216,10 +225,11 @@ sl_err_t imp_pqc_par_new(const sl_allocator_t *a, uint32_t threads, uint32_t cap
     p->scratch = sl_calloc(a, threads, sizeof *p->scratch);
     p->h = sl_calloc(a, threads, sizeof *p->h);
     p->out = sl_calloc(a, threads, sizeof *p->out);
+    p->part = sl_calloc(a, threads, 1);
     p->owner = sl_calloc(a, cap, 1);
     p->bytes = sl_calloc(a, cap, sizeof *p->bytes);
     p->load = sl_calloc(a, threads, sizeof *p->load);
-    bool ok = p->scratch && p->h && p->out && p->owner && p->bytes && p->load;
+    bool ok = p->scratch && p->h && p->out && p->part && p->owner && p->bytes && p->load;
     for (uint32_t k = 1; ok && k < threads; k++)
         ok = (p->scratch[k] = sl_pq_scratch_new(a)) != NULL;
     if (!ok) {
@@ -302,16 +312,33 @@ static bool run_job(imp_pqc_par_t *p, group_read_t *g, bool decode, const imp_pq
     p->conv = conv;
     p->caller_cpu = sched_getcpu();
     p->gen++;
-    p->pending = p->threads - 1;
+    memset(p->part, PART_FREE, p->threads);
+    p->pending = 0;
     pthread_cond_broadcast(&p->go);
     sl_mutex_unlock(&p->mu);
     /* before group 0's part: it touches none of the job's readers or
      * arrays (imp_pqc_aside_t), and the helpers are busy meanwhile */
     if (aside != NULL) aside->rc = aside->fn(aside->ctx, &aside->err);
     work(p, g, decode, conv, 0);
+    /* a part no helper has begun is done here rather than waited for (a
+     * helper not yet running, behind other threads on its CPU, would
+     * cost a wait and a wake-up); not with a meeting, where every
+     * group's thread has to come */
+    bool take = conv == NULL || conv->pre == NULL;
     sl_mutex_lock(&p->mu);
-    while (p->pending > 0) /* each helper works on one batch of a few readers, then signals */
+    for (uint32_t k = 1; take && k < p->threads; k++)
+        if (p->part[k] == PART_FREE) p->part[k] = PART_CALLER;
+    sl_mutex_unlock(&p->mu);
+    for (uint32_t k = 1; take && k < p->threads; k++)
+        if (p->part[k] == PART_CALLER) work(p, g, decode, conv, k);
+    sl_mutex_lock(&p->mu);
+    for (;;) { /* every part taken, and the helpers' done */
+        bool all = p->pending == 0;
+        for (uint32_t k = 1; all && k < p->threads; k++)
+            all = p->part[k] != PART_FREE;
+        if (all) break;
         sl_cond_wait(&p->done, &p->mu);
+    }
     p->g = NULL;
     p->conv = NULL;
     sl_mutex_unlock(&p->mu);
