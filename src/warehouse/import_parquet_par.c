@@ -13,9 +13,10 @@
  * the caller joins them once.
  *
  * What each thread writes is its own: a reader (its pages, dictionary,
- * batch) is decoded by one thread per batch, each thread's readers share
- * that thread's page scratch and ZSTD context (sl_pq_scratch_t), and the
- * slots it converts write arrays (or, labels and dense values being
+ * batch) is decoded by one thread per batch, the readers of a group use
+ * the page scratch and ZSTD context (sl_pq_scratch_t) of the thread that
+ * took the group (set as it takes it), and the slots of a group write
+ * arrays (or, labels and dense values being
  * row-major, all the numeric columns) no other thread writes. Shared and
  * only read: the file's metadata, the byte source (pread; an object's
  * prefetched windows, or the store's ranged reads) and the value maps
@@ -28,13 +29,14 @@
 #include "common/mem.h"
 #include "pq_cols_internal.h"
 
-/* Who does a group's part of a job: its helper, or the caller when the
- * helper had not begun it by the time the caller's own part was done. */
-enum { PART_FREE, PART_HELPER, PART_CALLER };
+/* Groups a thread: more groups than threads so that a thread done with
+ * its first takes another, and a helper that is late leaves less than a
+ * thread's share for the caller to wait on. */
+#define PARTS_PER_THREAD 3u
 
 typedef struct helper {
     struct imp_pqc_par *par;
-    uint32_t k; /* its group */
+    uint32_t t; /* its thread number (the caller is 0) */
     pthread_t th;
     bool started;
     /* keeping off the caller's CPU (keep_off): the CPUs the helper was
@@ -48,6 +50,7 @@ typedef struct helper {
 typedef struct outcome {
     sl_err_t rc;
     uint32_t failed; /* the reader that failed (UINT32_MAX: none) */
+    bool ok;         /* its batches decoded, each of the planned rows */
     bool ready;      /* the job's conv->pre of this group's slots went through */
     bool converted;  /* the job's conversion of this group's slots went through */
     sl_error_t err;
@@ -55,63 +58,51 @@ typedef struct outcome {
 
 struct imp_pqc_par {
     const sl_allocator_t *a;
-    uint32_t threads;          /* groups, the caller's included */
-    sl_pq_scratch_t **scratch; /* [threads]: [0] unused (the caller's readers use c->scratch) */
+    uint32_t threads;          /* the caller and its helpers */
+    uint32_t groups;           /* PARTS_PER_THREAD a thread, at most 255 */
+    sl_pq_scratch_t **scratch; /* [threads]: [0] the caller's (set by assign) */
     helper_t *h;               /* [threads] ([0] unused) */
-    outcome_t *out;            /* [threads]: group k's, written by its thread during a job */
-    uint8_t *owner;            /* [cap]: the group working on each reader */
-    uint64_t *bytes, *load;    /* [cap] a unit's cost; [threads] a group's */
+    outcome_t *out;            /* [groups]: group k's, written by the thread that took it */
+    uint8_t *owner;            /* [cap]: the group of each reader */
+    uint32_t *order;           /* [groups]: the groups by their cost, largest first */
+    uint64_t *bytes, *load;    /* [cap] a unit's cost; [groups] a group's */
     uint32_t cap;
-    /* mu guards the job's hand-over: gen, pending, stop, the meeting
-     * (meeting, meets) and the job (g, decode, conv), which the caller
-     * sets and the helpers read only between a go and their done; a
-     * thread's outcome is read by the others only after the meeting or
-     * the join (both under mu) */
+    /* mu guards the job: gen, stop, the taking (next, done, pass) and
+     * the job itself (g, decode, conv, caller_cpu), which the caller sets
+     * and the helpers read between a go and the job's end; a group's
+     * outcome is read by the others only after its done was counted
+     * (under mu) */
     sl_mutex_t mu;
-    pthread_cond_t go, done, met;
-    uint64_t gen;     /* jobs posted */
-    uint32_t meeting; /* threads at the job's meeting (conv->pre) */
-    uint64_t meets;   /* meetings held */
-    uint32_t pending; /* parts helpers took and have not done */
-    uint8_t *part;    /* [threads]: who does group k's part of the job (part_t) */
+    pthread_cond_t go, done;
+    uint64_t gen;  /* jobs posted */
     bool stop;
-    group_read_t *g;            /* the row group being read (valid while pending) */
-    int caller_cpu;             /* the CPU the caller posted the job on (-1: unknown) */
+    uint32_t next; /* the next group of order to take in this pass */
+    uint32_t finished; /* groups done in this pass */
+    uint32_t pass;     /* 0: decode (and convert); 1: convert, after every pre */
+    uint32_t passes;   /* 1, or 2 when conv has a pre (a meeting) */
+    group_read_t *g;            /* the row group being read (valid during the job) */
     bool decode;                /* the job decodes the next batch */
     const imp_pqc_conv_t *conv; /* and then converts it (NULL: not) */
+    int caller_cpu;             /* the CPU the caller posted the job on (-1: unknown) */
 };
 
-/* Every thread of a job waits here for the others (each calls it once
- * in a job whose conv has a pre). */
-static void meet(imp_pqc_par_t *p)
+/* Group k's first pass, on thread t: decode the next batch of its readers
+ * of g, in reader order, stopping at the first that fails; then, without
+ * a pre, convert its slots when every one of its batches holds the rows
+ * the conversion was planned for (else leave it to the caller); with a
+ * pre, run it (the conversion waits for the second pass). */
+static void first_pass(imp_pqc_par_t *p, uint32_t k, uint32_t t)
 {
-    sl_mutex_lock(&p->mu);
-    uint64_t round = p->meets;
-    if (++p->meeting == p->threads) {
-        p->meeting = 0;
-        p->meets++;
-        pthread_cond_broadcast(&p->met);
-    } else {
-        while (p->meets == round)
-            sl_cond_wait(&p->met, &p->mu);
-    }
-    sl_mutex_unlock(&p->mu);
-}
-
-/* Group k's part of a job: decode the next batch of its readers of g, in
- * reader order, stopping at the first that fails; then convert its slots
- * when every one of its batches holds the rows the conversion was
- * planned for (else leave it to the caller), after conv->pre of every
- * group went through. */
-static void work(imp_pqc_par_t *p, group_read_t *g, bool decode, const imp_pqc_conv_t *conv,
-                 uint32_t k)
-{
+    group_read_t *g = p->g;
+    const imp_pqc_conv_t *conv = p->conv;
     outcome_t *o = &p->out[k];
     o->rc = SL_OK;
     o->failed = UINT32_MAX;
-    o->ready = o->converted = false;
-    for (uint32_t i = 0; decode && i < g->n && o->failed == UINT32_MAX; i++) {
+    o->ok = o->ready = o->converted = false;
+    sl_pq_scratch_t *own = p->scratch[t];
+    for (uint32_t i = 0; p->decode && i < g->n && o->failed == UINT32_MAX; i++) {
         if (p->owner[i] != k) continue;
+        sl_pq_reader_set_scratch(g->rd[i], own);
         o->rc = sl_pq_reader_next(g->rd[i], PQ_BATCH_ROWS, &g->bat[i], &o->err);
         if (o->rc != SL_OK) o->failed = i;
     }
@@ -119,13 +110,49 @@ static void work(imp_pqc_par_t *p, group_read_t *g, bool decode, const imp_pqc_c
     bool ok = o->failed == UINT32_MAX;
     for (uint32_t i = 0; ok && i < g->n; i++)
         if (p->owner[i] == k && g->bat[i]->rows != conv->rows) ok = false;
-    if (conv->pre != NULL) { /* every thread meets, whatever its decode did */
+    o->ok = ok;
+    if (conv->pre != NULL)
         o->ready = ok && conv->pre(conv->ctx, k);
-        meet(p);
-        for (uint32_t j = 0; j < p->threads; j++)
-            ok &= p->out[j].ready;
+    else if (ok)
+        o->converted = conv->fn(conv->ctx, k);
+}
+
+/* Group k's second pass (a conv with a pre, every group's first pass
+ * done): its conversion, when every group's pre went through. */
+static void second_pass(imp_pqc_par_t *p, uint32_t k)
+{
+    bool ok = p->out[k].ok;
+    for (uint32_t j = 0; ok && j < p->groups; j++)
+        ok = p->out[j].ready;
+    if (ok) p->out[k].converted = p->conv->fn(p->conv->ctx, k);
+}
+
+/* Thread t takes the job's groups, one at a time, until none is left to
+ * take; with two passes it waits for every first pass before it takes a
+ * second (the meeting). Called and returns with mu held. */
+static void take_groups(imp_pqc_par_t *p, uint32_t t, uint64_t job) SL_REQUIRES(p->mu)
+{
+    while (p->gen == job) {
+        if (p->next < p->groups) {
+            uint32_t k = p->order[p->next++], pass = p->pass;
+            sl_mutex_unlock(&p->mu);
+            if (pass == 0)
+                first_pass(p, k, t);
+            else
+                second_pass(p, k);
+            sl_mutex_lock(&p->mu);
+            if (++p->finished < p->groups) continue;
+            if (p->pass + 1 < p->passes) { /* every pre done: the conversions */
+                p->pass++;
+                p->next = p->finished = 0;
+            }
+            pthread_cond_broadcast(&p->done);
+        } else if (p->pass + 1 < p->passes) {
+            sl_cond_wait(&p->done, &p->mu); /* the others' first passes */
+        } else {
+            return;
+        }
     }
-    if (ok) o->converted = conv->fn(conv->ctx, k);
 }
 
 /* A helper woken on the caller's CPU leaves that CPU out of its own set
@@ -154,7 +181,8 @@ static void *helper_main(void *arg)
     helper_t *h = arg;
     imp_pqc_par_t *p = h->par;
     uint64_t seen = 0;
-    h->can_steer = pthread_getaffinity_np(pthread_self(), sizeof h->allowed, &h->allowed) == 0;
+    h->can_steer = getenv("NOSTEER") == NULL &&
+                   pthread_getaffinity_np(pthread_self(), sizeof h->allowed, &h->allowed) == 0;
     h->left_out = -1;
     sl_mutex_lock(&p->mu);
     for (;;) {
@@ -162,18 +190,13 @@ static void *helper_main(void *arg)
             sl_cond_wait(&p->go, &p->mu);
         if (p->stop) break;
         seen = p->gen;
-        if (p->part[h->k] != PART_FREE) continue; /* the caller took it */
-        p->part[h->k] = PART_HELPER;
-        p->pending++;
-        group_read_t *g = p->g;
-        bool decode = p->decode;
-        const imp_pqc_conv_t *conv = p->conv;
-        int caller_cpu = p->caller_cpu;
-        sl_mutex_unlock(&p->mu);
-        keep_off(h, caller_cpu);
-        work(p, g, decode, conv, h->k);
-        sl_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
+        if (p->next < p->groups || p->pass + 1 < p->passes) {
+            int caller_cpu = p->caller_cpu;
+            sl_mutex_unlock(&p->mu);
+            keep_off(h, caller_cpu);
+            sl_mutex_lock(&p->mu);
+        }
+        take_groups(p, h->t, seen);
     }
     sl_mutex_unlock(&p->mu);
     return NULL;
@@ -192,18 +215,17 @@ void imp_pqc_par_destroy(imp_pqc_par_t *p)
      * first (imp_pqc_destroy), and none is decoding once joined */
     for (uint32_t k = 1; p->scratch != NULL && k < p->threads; k++)
         sl_pq_scratch_destroy(p->scratch[k]);
-    pthread_cond_destroy(&p->met);
     pthread_cond_destroy(&p->done);
     pthread_cond_destroy(&p->go);
     sl_mutex_destroy(&p->mu);
     const sl_allocator_t *a = p->a;
     sl_free(a, p->scratch, p->threads * sizeof *p->scratch);
     sl_free(a, p->h, p->threads * sizeof *p->h);
-    sl_free(a, p->out, p->threads * sizeof *p->out);
-    sl_free(a, p->part, p->threads);
+    sl_free(a, p->out, p->groups * sizeof *p->out);
+    sl_free(a, p->order, p->groups * sizeof *p->order);
     sl_free(a, p->owner, p->cap);
     sl_free(a, p->bytes, p->cap * sizeof *p->bytes);
-    sl_free(a, p->load, p->threads * sizeof *p->load);
+    sl_free(a, p->load, p->groups * sizeof *p->load);
     sl_free(a, p, sizeof *p);
 }
 
@@ -212,24 +234,26 @@ sl_err_t imp_pqc_par_new(const sl_allocator_t *a, uint32_t threads, uint32_t cap
 {
     *out = NULL;
     if (threads < 2 || cap == 0) return SL_OK; /* one thread: the caller's alone */
-    if (threads > 255) threads = 255;          /* owner is a byte */
+    if (threads > 255) threads = 255;
     imp_pqc_par_t *p = sl_calloc(a, 1, sizeof *p);
     if (p == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory for Parquet decode threads");
     p->a = a;
     p->threads = threads;
+    /* owner and the slots' groups are bytes */
+    p->groups = threads * PARTS_PER_THREAD < 255 ? threads * PARTS_PER_THREAD : 255;
     p->cap = cap;
+    p->passes = 1;
     sl_mutex_init(&p->mu);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
-    pthread_cond_init(&p->met, NULL);
     p->scratch = sl_calloc(a, threads, sizeof *p->scratch);
     p->h = sl_calloc(a, threads, sizeof *p->h);
-    p->out = sl_calloc(a, threads, sizeof *p->out);
-    p->part = sl_calloc(a, threads, 1);
+    p->out = sl_calloc(a, p->groups, sizeof *p->out);
+    p->order = sl_calloc(a, p->groups, sizeof *p->order);
     p->owner = sl_calloc(a, cap, 1);
     p->bytes = sl_calloc(a, cap, sizeof *p->bytes);
-    p->load = sl_calloc(a, threads, sizeof *p->load);
-    bool ok = p->scratch && p->h && p->out && p->part && p->owner && p->bytes && p->load;
+    p->load = sl_calloc(a, p->groups, sizeof *p->load);
+    bool ok = p->scratch && p->h && p->out && p->order && p->owner && p->bytes && p->load;
     for (uint32_t k = 1; ok && k < threads; k++)
         ok = (p->scratch[k] = sl_pq_scratch_new(a)) != NULL;
     if (!ok) {
@@ -237,7 +261,7 @@ sl_err_t imp_pqc_par_new(const sl_allocator_t *a, uint32_t threads, uint32_t cap
         return sl_error_set(err, SL_ERR_NOMEM, "no memory for Parquet decode threads");
     }
     for (uint32_t k = 1; k < threads; k++) {
-        p->h[k] = (helper_t){.par = p, .k = k};
+        p->h[k] = (helper_t){.par = p, .t = k};
         int e = pthread_create(&p->h[k].th, NULL, helper_main, &p->h[k]);
         if (e != 0) {
             imp_pqc_par_destroy(p);
@@ -255,6 +279,7 @@ void imp_pqc_par_assign(imp_pqc_par_t *p, const sl_pq_file_t *f, uint32_t gi, gr
 {
     const sl_pq_meta_t *m = sl_pq_file_meta(f);
     uint32_t n = g->n < p->cap ? g->n : p->cap;
+    p->scratch[0] = own; /* no job runs: the helpers read it only in one */
     memset(p->bytes, 0, n * sizeof *p->bytes);
     for (uint32_t i = 0; i < n; i++) { /* a unit's bytes at its first reader */
         const sl_pq_chunk_t *ch = &m->row_groups[gi].chunks[g->col[i] - m->columns];
@@ -267,7 +292,7 @@ void imp_pqc_par_assign(imp_pqc_par_t *p, const sl_pq_file_t *f, uint32_t gi, gr
                        8 * (ch->num_values > 0 ? (uint64_t)ch->num_values : 0) + 1;
         p->owner[i] = UINT8_MAX; /* not yet */
     }
-    memset(p->load, 0, p->threads * sizeof *p->load);
+    memset(p->load, 0, p->groups * sizeof *p->load);
     /* units largest first, each to the group with the fewest bytes so far
      * (the lowest group on a tie: the same split for the same row group);
      * + 1 a reader: an empty chunk still costs one */
@@ -279,14 +304,22 @@ void imp_pqc_par_assign(imp_pqc_par_t *p, const sl_pq_file_t *f, uint32_t gi, gr
                 big = i;
         if (big == UINT32_MAX) break;
         uint32_t least = 0;
-        for (uint32_t k = 1; k < p->threads; k++)
+        for (uint32_t k = 1; k < p->groups; k++)
             if (p->load[k] < p->load[least]) least = k;
         p->owner[big] = (uint8_t)least;
         p->load[least] += p->bytes[big];
     }
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n; i++)
         if (unit[i] < n && unit[i] != i) p->owner[i] = p->owner[unit[i]];
-        sl_pq_reader_set_scratch(g->rd[i], p->owner[i] == 0 ? own : p->scratch[p->owner[i]]);
+    /* the groups taken largest first (the lowest on a tie): the last ones
+     * taken are the smallest, so that the threads end a job together */
+    for (uint32_t k = 0; k < p->groups; k++) {
+        uint32_t j = k;
+        while (j > 0 && p->load[p->order[j - 1]] < p->load[k]) {
+            p->order[j] = p->order[j - 1];
+            j--;
+        }
+        p->order[j] = k;
     }
 }
 
@@ -301,8 +334,8 @@ bool imp_pqc_par_shared(const imp_pqc_par_t *p, const group_read_t *g)
 }
 
 /* Post a job, run aside (NULL: none) on this thread while the helpers
- * work, do group 0's part, and join the helpers (one wake and one signal
- * each). @return whether every group converted (conv NULL: true). */
+ * begin, take groups until none is left, and wait for those the helpers
+ * took. @return whether every group converted (conv NULL: true). */
 static bool run_job(imp_pqc_par_t *p, group_read_t *g, bool decode, const imp_pqc_conv_t *conv,
                     imp_pqc_aside_t *aside)
 {
@@ -311,39 +344,23 @@ static bool run_job(imp_pqc_par_t *p, group_read_t *g, bool decode, const imp_pq
     p->decode = decode;
     p->conv = conv;
     p->caller_cpu = sched_getcpu();
-    p->gen++;
-    memset(p->part, PART_FREE, p->threads);
-    p->pending = 0;
+    p->next = p->finished = p->pass = 0;
+    p->passes = conv != NULL && conv->pre != NULL ? 2 : 1;
+    uint64_t job = ++p->gen;
     pthread_cond_broadcast(&p->go);
     sl_mutex_unlock(&p->mu);
-    /* before group 0's part: it touches none of the job's readers or
+    /* before the caller's groups: it touches none of the job's readers or
      * arrays (imp_pqc_aside_t), and the helpers are busy meanwhile */
     if (aside != NULL) aside->rc = aside->fn(aside->ctx, &aside->err);
-    work(p, g, decode, conv, 0);
-    /* a part no helper has begun is done here rather than waited for (a
-     * helper not yet running, behind other threads on its CPU, would
-     * cost a wait and a wake-up); not with a meeting, where every
-     * group's thread has to come */
-    bool take = conv == NULL || conv->pre == NULL;
     sl_mutex_lock(&p->mu);
-    for (uint32_t k = 1; take && k < p->threads; k++)
-        if (p->part[k] == PART_FREE) p->part[k] = PART_CALLER;
-    sl_mutex_unlock(&p->mu);
-    for (uint32_t k = 1; take && k < p->threads; k++)
-        if (p->part[k] == PART_CALLER) work(p, g, decode, conv, k);
-    sl_mutex_lock(&p->mu);
-    for (;;) { /* every part taken, and the helpers' done */
-        bool all = p->pending == 0;
-        for (uint32_t k = 1; all && k < p->threads; k++)
-            all = p->part[k] != PART_FREE;
-        if (all) break;
+    take_groups(p, 0, job);
+    while (p->finished < p->groups) /* the groups the helpers are still on */
         sl_cond_wait(&p->done, &p->mu);
-    }
     p->g = NULL;
     p->conv = NULL;
     sl_mutex_unlock(&p->mu);
     bool all = true;
-    for (uint32_t k = 0; k < p->threads; k++)
+    for (uint32_t k = 0; k < p->groups; k++)
         all &= p->out[k].converted;
     return conv == NULL || all;
 }
@@ -363,7 +380,7 @@ sl_err_t imp_pqc_par_next(imp_pqc_par_t *p, group_read_t *g, const char *input, 
     /* the error a single thread meets first: the first failed reader's,
      * unless an earlier column's rows disagree (imp_pq_group_next) */
     uint32_t first = UINT32_MAX, fk = 0;
-    for (uint32_t k = 0; k < p->threads; k++)
+    for (uint32_t k = 0; k < p->groups; k++)
         if (p->out[k].failed < first) {
             first = p->out[k].failed;
             fk = k;
