@@ -4,20 +4,24 @@
  * split on its reader thread, and its decode (pages decompressed, levels
  * and values decoded, dictionaries mapped) and the conversion of the
  * batches into the stripe are nearly all of its CPU. With N threads the
- * projected readers of a row group are split into N groups of about the
- * same bytes, the readers one slot reads (or whose slots write one output
- * array) always in the same group; the calling thread works on group 0
- * and N - 1 helpers on the others. A job is one batch: each thread
- * decodes its readers' next batch, then (when the caller planned the
- * batch's run, imp_pqc_conv_t) converts its slots into the stripe, and
- * the caller joins them once.
+ * projected readers of a row group are split into GROUPS_PER_THREAD x N
+ * groups of about the same cost, the readers one slot reads (or whose
+ * slots write one output array) always in the same group. A job is one
+ * batch: the calling thread and N - 1 helpers take the groups one at a
+ * time, largest first, each decoding a group's readers' next batch and
+ * then (when the caller planned the batch's run, imp_pqc_conv_t)
+ * converting its slots into the stripe, until none is left; the caller
+ * then waits only for groups a helper is still on. So no thread waits
+ * for another to begin: a helper not running when the job is posted
+ * (behind other threads on its CPU, or woken on the caller's own) leaves
+ * its share to the caller instead of making it wait for a wake-up.
  *
  * What each thread writes is its own: a reader (its pages, dictionary,
  * batch) is decoded by one thread per batch, the readers of a group use
  * the page scratch and ZSTD context (sl_pq_scratch_t) of the thread that
  * took the group (set as it takes it), and the slots of a group write
- * arrays (or, labels and dense values being
- * row-major, all the numeric columns) no other thread writes. Shared and
+ * arrays (or, labels and dense values being row-major, all the numeric
+ * columns) no other group writes. Shared and
  * only read: the file's metadata, the byte source (pread; an object's
  * prefetched windows, or the store's ranged reads) and the value maps
  * (pure functions of their values). */
@@ -29,10 +33,11 @@
 #include "common/mem.h"
 #include "pq_cols_internal.h"
 
-/* Groups a thread: more groups than threads so that a thread done with
- * its first takes another, and a helper that is late leaves less than a
- * thread's share for the caller to wait on. */
-#define PARTS_PER_THREAD 3u
+/* Groups a thread: more groups than threads, so that a thread done with
+ * one takes another, and a helper preempted inside a group leaves the
+ * caller a smaller part to wait for (2 to 8 measured alike on the criteo
+ * job, docs/BENCHMARKS.md "join22"). */
+#define GROUPS_PER_THREAD 3u
 
 typedef struct helper {
     struct imp_pqc_par *par;
@@ -59,7 +64,7 @@ typedef struct outcome {
 struct imp_pqc_par {
     const sl_allocator_t *a;
     uint32_t threads;          /* the caller and its helpers */
-    uint32_t groups;           /* PARTS_PER_THREAD a thread, at most 255 */
+    uint32_t groups;           /* GROUPS_PER_THREAD a thread, at most 255 */
     sl_pq_scratch_t **scratch; /* [threads]: [0] the caller's (set by assign) */
     helper_t *h;               /* [threads] ([0] unused) */
     outcome_t *out;            /* [groups]: group k's, written by the thread that took it */
@@ -74,12 +79,12 @@ struct imp_pqc_par {
      * (under mu) */
     sl_mutex_t mu;
     pthread_cond_t go, done;
-    uint64_t gen;  /* jobs posted */
+    uint64_t gen; /* jobs posted */
     bool stop;
-    uint32_t next; /* the next group of order to take in this pass */
-    uint32_t finished; /* groups done in this pass */
-    uint32_t pass;     /* 0: decode (and convert); 1: convert, after every pre */
-    uint32_t passes;   /* 1, or 2 when conv has a pre (a meeting) */
+    uint32_t next;              /* the next group of order to take in this pass */
+    uint32_t finished;          /* groups done in this pass */
+    uint32_t pass;              /* 0: decode (and convert); 1: convert, after every pre */
+    uint32_t passes;            /* 1, or 2 when conv has a pre (a meeting) */
     group_read_t *g;            /* the row group being read (valid during the job) */
     bool decode;                /* the job decodes the next batch */
     const imp_pqc_conv_t *conv; /* and then converts it (NULL: not) */
@@ -181,8 +186,7 @@ static void *helper_main(void *arg)
     helper_t *h = arg;
     imp_pqc_par_t *p = h->par;
     uint64_t seen = 0;
-    h->can_steer = getenv("NOSTEER") == NULL &&
-                   pthread_getaffinity_np(pthread_self(), sizeof h->allowed, &h->allowed) == 0;
+    h->can_steer = pthread_getaffinity_np(pthread_self(), sizeof h->allowed, &h->allowed) == 0;
     h->left_out = -1;
     sl_mutex_lock(&p->mu);
     for (;;) {
@@ -240,7 +244,7 @@ sl_err_t imp_pqc_par_new(const sl_allocator_t *a, uint32_t threads, uint32_t cap
     p->a = a;
     p->threads = threads;
     /* owner and the slots' groups are bytes */
-    p->groups = threads * PARTS_PER_THREAD < 255 ? threads * PARTS_PER_THREAD : 255;
+    p->groups = threads * GROUPS_PER_THREAD < 255 ? threads * GROUPS_PER_THREAD : 255;
     p->cap = cap;
     p->passes = 1;
     sl_mutex_init(&p->mu);
