@@ -72,7 +72,7 @@ struct imp_pqc_par {
     uint32_t *order;           /* [groups]: the groups by their cost, largest first */
     uint64_t *bytes, *load;    /* [cap] a unit's cost; [groups] a group's */
     uint32_t cap;
-    /* mu guards the job: gen, stop, the taking (next, done, pass) and
+    /* mu guards the job: gen, stop, the taking (taken, by, did, finished, pass) and
      * the job itself (g, decode, conv, caller_cpu), which the caller sets
      * and the helpers read between a go and the job's end; a group's
      * outcome is read by the others only after its done was counted
@@ -81,7 +81,10 @@ struct imp_pqc_par {
     pthread_cond_t go, done;
     uint64_t gen; /* jobs posted */
     bool stop;
-    uint32_t next;              /* the next group of order to take in this pass */
+    uint32_t taken;             /* groups taken in this pass */
+    uint8_t *by;                /* [groups]: the thread that took it in this pass (none: 255) */
+    uint8_t *did;               /* [groups]: the thread that took it in the first pass */
+    uint8_t *home;              /* [groups]: the thread that takes it first (assign) */
     uint32_t finished;          /* groups done in this pass */
     uint32_t pass;              /* 0: decode (and convert); 1: convert, after every pre */
     uint32_t passes;            /* 1, or 2 when conv has a pre (a meeting) */
@@ -132,14 +135,35 @@ static void second_pass(imp_pqc_par_t *p, uint32_t k)
     if (ok) p->out[k].converted = p->conv->fn(p->conv->ctx, k);
 }
 
+/* The group thread t takes next (one is left): the largest of its own
+ * (assign's home; in the second pass those it decoded), so that a column
+ * stays with one thread from batch to batch while every thread keeps up
+ * (its pages, dictionary and batch in that CPU's cache), else the largest
+ * another thread has not begun. */
+static uint32_t pick(const imp_pqc_par_t *p, uint32_t t) SL_REQUIRES(p->mu)
+{
+    const uint8_t *mine = p->pass == 0 ? p->home : p->did;
+    uint32_t other = UINT32_MAX;
+    for (uint32_t j = 0; j < p->groups; j++) {
+        uint32_t k = p->order[j];
+        if (p->by[k] != UINT8_MAX) continue;
+        if (mine[k] == t) return k;
+        if (other == UINT32_MAX) other = k;
+    }
+    return other;
+}
+
 /* Thread t takes the job's groups, one at a time, until none is left to
  * take; with two passes it waits for every first pass before it takes a
  * second (the meeting). Called and returns with mu held. */
 static void take_groups(imp_pqc_par_t *p, uint32_t t, uint64_t job) SL_REQUIRES(p->mu)
 {
     while (p->gen == job) {
-        if (p->next < p->groups) {
-            uint32_t k = p->order[p->next++], pass = p->pass;
+        if (p->taken < p->groups) {
+            uint32_t k = pick(p, t), pass = p->pass;
+            p->by[k] = (uint8_t)t;
+            if (pass == 0) p->did[k] = (uint8_t)t;
+            p->taken++;
             sl_mutex_unlock(&p->mu);
             if (pass == 0)
                 first_pass(p, k, t);
@@ -149,7 +173,8 @@ static void take_groups(imp_pqc_par_t *p, uint32_t t, uint64_t job) SL_REQUIRES(
             if (++p->finished < p->groups) continue;
             if (p->pass + 1 < p->passes) { /* every pre done: the conversions */
                 p->pass++;
-                p->next = p->finished = 0;
+                p->taken = p->finished = 0;
+                memset(p->by, UINT8_MAX, p->groups);
             }
             pthread_cond_broadcast(&p->done);
         } else if (p->pass + 1 < p->passes) {
@@ -170,10 +195,14 @@ static void take_groups(imp_pqc_par_t *p, uint32_t t, uint64_t job) SL_REQUIRES(
  * two threads' CPU (docs/BENCHMARKS.md "the two rates"). Only the CPU the
  * caller is on is left out, so on many cores the helper is all but free;
  * a syscall only when the caller is found on the helper's CPU. */
+static bool on_caller_cpu(const helper_t *h, int caller_cpu)
+{
+    return h->can_steer && caller_cpu >= 0 && caller_cpu != h->left_out &&
+           sched_getcpu() == caller_cpu;
+}
+
 static void keep_off(helper_t *h, int caller_cpu)
 {
-    if (!h->can_steer || caller_cpu < 0 || caller_cpu == h->left_out) return;
-    if (sched_getcpu() != caller_cpu) return;
     cpu_set_t set = h->allowed;
     if (caller_cpu >= CPU_SETSIZE || !CPU_ISSET(caller_cpu, &set)) return;
     CPU_CLR(caller_cpu, &set);
@@ -194,8 +223,11 @@ static void *helper_main(void *arg)
             sl_cond_wait(&p->go, &p->mu);
         if (p->stop) break;
         seen = p->gen;
-        if (p->next < p->groups || p->pass + 1 < p->passes) {
-            int caller_cpu = p->caller_cpu;
+        /* also with nothing left to take: a helper woken on the caller's
+         * CPU runs only once the caller sleeps, when the caller has taken
+         * every group */
+        int caller_cpu = p->caller_cpu;
+        if (on_caller_cpu(h, caller_cpu)) { /* not under mu: it may wait for a CPU */
             sl_mutex_unlock(&p->mu);
             keep_off(h, caller_cpu);
             sl_mutex_lock(&p->mu);
@@ -227,6 +259,9 @@ void imp_pqc_par_destroy(imp_pqc_par_t *p)
     sl_free(a, p->h, p->threads * sizeof *p->h);
     sl_free(a, p->out, p->groups * sizeof *p->out);
     sl_free(a, p->order, p->groups * sizeof *p->order);
+    sl_free(a, p->by, p->groups);
+    sl_free(a, p->did, p->groups);
+    sl_free(a, p->home, p->groups);
     sl_free(a, p->owner, p->cap);
     sl_free(a, p->bytes, p->cap * sizeof *p->bytes);
     sl_free(a, p->load, p->groups * sizeof *p->load);
@@ -254,10 +289,14 @@ sl_err_t imp_pqc_par_new(const sl_allocator_t *a, uint32_t threads, uint32_t cap
     p->h = sl_calloc(a, threads, sizeof *p->h);
     p->out = sl_calloc(a, p->groups, sizeof *p->out);
     p->order = sl_calloc(a, p->groups, sizeof *p->order);
+    p->by = sl_calloc(a, p->groups, 1);
+    p->did = sl_calloc(a, p->groups, 1);
+    p->home = sl_calloc(a, p->groups, 1);
     p->owner = sl_calloc(a, cap, 1);
     p->bytes = sl_calloc(a, cap, sizeof *p->bytes);
     p->load = sl_calloc(a, p->groups, sizeof *p->load);
-    bool ok = p->scratch && p->h && p->out && p->order && p->owner && p->bytes && p->load;
+    bool ok = p->scratch && p->h && p->out && p->order && p->by && p->did && p->home && p->owner &&
+              p->bytes && p->load;
     for (uint32_t k = 1; ok && k < threads; k++)
         ok = (p->scratch[k] = sl_pq_scratch_new(a)) != NULL;
     if (!ok) {
@@ -325,6 +364,10 @@ void imp_pqc_par_assign(imp_pqc_par_t *p, const sl_pq_file_t *f, uint32_t gi, gr
         }
         p->order[j] = k;
     }
+    /* the threads' own groups dealt out in that order: about the same
+     * cost each */
+    for (uint32_t j = 0; j < p->groups; j++)
+        p->home[p->order[j]] = (uint8_t)(j % p->threads);
 }
 
 uint32_t imp_pqc_par_group(const imp_pqc_par_t *p, uint32_t reader)
@@ -348,7 +391,8 @@ static bool run_job(imp_pqc_par_t *p, group_read_t *g, bool decode, const imp_pq
     p->decode = decode;
     p->conv = conv;
     p->caller_cpu = sched_getcpu();
-    p->next = p->finished = p->pass = 0;
+    p->taken = p->finished = p->pass = 0;
+    memset(p->by, UINT8_MAX, p->groups);
     p->passes = conv != NULL && conv->pre != NULL ? 2 : 1;
     uint64_t job = ++p->gen;
     pthread_cond_broadcast(&p->go);
