@@ -25,9 +25,11 @@
  * only read: the file's metadata, the byte source (pread; an object's
  * prefetched windows, or the store's ranged reads) and the value maps
  * (pure functions of their values). */
+#include <errno.h>
 #include <sched.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/lock.h"
 #include "common/mem.h"
@@ -39,13 +41,20 @@
  * job, docs/BENCHMARKS.md "join22"). */
 #define GROUPS_PER_THREAD 3u
 
+/* How long the caller waits for a helper's group before it lets a helper
+ * kept off its CPU (keep_off) come back to it: a helper that long on a
+ * group of a few hundred microseconds is not running, behind other work
+ * on its CPU, while the caller's is about to idle. */
+#define FREE_AFTER_NS 200000u
+
 typedef struct helper {
     struct imp_pqc_par *par;
     uint32_t t; /* its thread number (the caller is 0) */
     pthread_t th;
     bool started;
     /* keeping off the caller's CPU (keep_off): the CPUs the helper was
-     * started with, and the one it last left out of them (-1: none) */
+     * started with, and the one it last left out of them (-1: none;
+     * guarded by the par's mu) */
     cpu_set_t allowed;
     bool can_steer;
     int left_out;
@@ -201,13 +210,26 @@ static bool on_caller_cpu(const helper_t *h, int caller_cpu)
            sched_getcpu() == caller_cpu;
 }
 
-static void keep_off(helper_t *h, int caller_cpu)
+static bool keep_off(helper_t *h, int caller_cpu)
 {
     cpu_set_t set = h->allowed;
-    if (caller_cpu >= CPU_SETSIZE || !CPU_ISSET(caller_cpu, &set)) return;
+    if (caller_cpu >= CPU_SETSIZE || !CPU_ISSET(caller_cpu, &set)) return false;
     CPU_CLR(caller_cpu, &set);
-    if (CPU_COUNT(&set) == 0) return; /* one CPU: nowhere else to go */
-    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0) h->left_out = caller_cpu;
+    if (CPU_COUNT(&set) == 0) return false; /* one CPU: nowhere else to go */
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+/* Every helper kept off the caller's CPU may come back to it (the
+ * caller waits for a helper that is not running): the kernel may then
+ * run it on the caller's idle CPU; a helper woken there again next job
+ * leaves it again. */
+static void free_helpers(imp_pqc_par_t *p) SL_REQUIRES(p->mu)
+{
+    for (uint32_t k = 1; k < p->threads; k++) {
+        helper_t *h = &p->h[k];
+        if (h->left_out < 0) continue;
+        if (pthread_setaffinity_np(h->th, sizeof h->allowed, &h->allowed) == 0) h->left_out = -1;
+    }
 }
 
 static void *helper_main(void *arg)
@@ -229,8 +251,9 @@ static void *helper_main(void *arg)
         int caller_cpu = p->caller_cpu;
         if (on_caller_cpu(h, caller_cpu)) { /* not under mu: it may wait for a CPU */
             sl_mutex_unlock(&p->mu);
-            keep_off(h, caller_cpu);
+            bool off = keep_off(h, caller_cpu);
             sl_mutex_lock(&p->mu);
+            if (off) h->left_out = caller_cpu;
         }
         take_groups(p, h->t, seen);
     }
@@ -284,7 +307,7 @@ sl_err_t imp_pqc_par_new(const sl_allocator_t *a, uint32_t threads, uint32_t cap
     p->passes = 1;
     sl_mutex_init(&p->mu);
     pthread_cond_init(&p->go, NULL);
-    pthread_cond_init(&p->done, NULL);
+    sl_clock_cond_init(&p->done); /* timed on the monotonic clock */
     p->scratch = sl_calloc(a, threads, sizeof *p->scratch);
     p->h = sl_calloc(a, threads, sizeof *p->h);
     p->out = sl_calloc(a, p->groups, sizeof *p->out);
@@ -402,8 +425,14 @@ static bool run_job(imp_pqc_par_t *p, group_read_t *g, bool decode, const imp_pq
     if (aside != NULL) aside->rc = aside->fn(aside->ctx, &aside->err);
     sl_mutex_lock(&p->mu);
     take_groups(p, 0, job);
-    while (p->finished < p->groups) /* the groups the helpers are still on */
-        sl_cond_wait(&p->done, &p->mu);
+    if (p->finished < p->groups) { /* the groups the helpers are still on */
+        struct timespec free_at = sl_clock_deadline_ns(FREE_AFTER_NS);
+        while (p->finished < p->groups)
+            if (sl_cond_timedwait(&p->done, &p->mu, &free_at) == ETIMEDOUT) break;
+        if (p->finished < p->groups) free_helpers(p);
+        while (p->finished < p->groups)
+            sl_cond_wait(&p->done, &p->mu);
+    }
     p->g = NULL;
     p->conv = NULL;
     sl_mutex_unlock(&p->mu);
