@@ -92,8 +92,7 @@ struct imp_pqc_par {
     bool stop;
     uint32_t taken;             /* groups taken in this pass */
     uint8_t *by;                /* [groups]: the thread that took it in this pass (none: 255) */
-    uint8_t *did;               /* [groups]: the thread that took it in the first pass */
-    uint8_t *home;              /* [groups]: the thread that takes it first (assign) */
+    uint8_t *did;               /* [groups]: the thread that took it in the last first pass */
     uint32_t finished;          /* groups done in this pass */
     uint32_t pass;              /* 0: decode (and convert); 1: convert, after every pre */
     uint32_t passes;            /* 1, or 2 when conv has a pre (a meeting) */
@@ -145,13 +144,14 @@ static void second_pass(imp_pqc_par_t *p, uint32_t k)
 }
 
 /* The group thread t takes next (one is left): the largest of its own
- * (assign's home; in the second pass those it decoded), so that a column
- * stays with one thread from batch to batch while every thread keeps up
- * (its pages, dictionary and batch in that CPU's cache), else the largest
- * another thread has not begun. */
+ * (those it decoded in the last job's first pass, or in this job's for
+ * the second), so that a column stays with one thread from batch to
+ * batch (its pages, dictionary and batch in that CPU's cache) and moves
+ * only when a thread falls behind, else the largest another thread has
+ * not begun. */
 static uint32_t pick(const imp_pqc_par_t *p, uint32_t t) SL_REQUIRES(p->mu)
 {
-    const uint8_t *mine = p->pass == 0 ? p->home : p->did;
+    const uint8_t *mine = p->did;
     uint32_t other = UINT32_MAX;
     for (uint32_t j = 0; j < p->groups; j++) {
         uint32_t k = p->order[j];
@@ -284,7 +284,6 @@ void imp_pqc_par_destroy(imp_pqc_par_t *p)
     sl_free(a, p->order, p->groups * sizeof *p->order);
     sl_free(a, p->by, p->groups);
     sl_free(a, p->did, p->groups);
-    sl_free(a, p->home, p->groups);
     sl_free(a, p->owner, p->cap);
     sl_free(a, p->bytes, p->cap * sizeof *p->bytes);
     sl_free(a, p->load, p->groups * sizeof *p->load);
@@ -314,12 +313,11 @@ sl_err_t imp_pqc_par_new(const sl_allocator_t *a, uint32_t threads, uint32_t cap
     p->order = sl_calloc(a, p->groups, sizeof *p->order);
     p->by = sl_calloc(a, p->groups, 1);
     p->did = sl_calloc(a, p->groups, 1);
-    p->home = sl_calloc(a, p->groups, 1);
     p->owner = sl_calloc(a, cap, 1);
     p->bytes = sl_calloc(a, cap, sizeof *p->bytes);
     p->load = sl_calloc(a, p->groups, sizeof *p->load);
-    bool ok = p->scratch && p->h && p->out && p->order && p->by && p->did && p->home && p->owner &&
-              p->bytes && p->load;
+    bool ok = p->scratch && p->h && p->out && p->order && p->by && p->did && p->owner && p->bytes &&
+              p->load;
     for (uint32_t k = 1; ok && k < threads; k++)
         ok = (p->scratch[k] = sl_pq_scratch_new(a)) != NULL;
     if (!ok) {
@@ -387,10 +385,10 @@ void imp_pqc_par_assign(imp_pqc_par_t *p, const sl_pq_file_t *f, uint32_t gi, gr
         }
         p->order[j] = k;
     }
-    /* the threads' own groups dealt out in that order: about the same
-     * cost each */
+    /* the threads' own groups (until they take others) dealt out in that
+     * order: about the same cost each */
     for (uint32_t j = 0; j < p->groups; j++)
-        p->home[p->order[j]] = (uint8_t)(j % p->threads);
+        p->did[p->order[j]] = (uint8_t)(j % p->threads);
 }
 
 uint32_t imp_pqc_par_group(const imp_pqc_par_t *p, uint32_t reader)
