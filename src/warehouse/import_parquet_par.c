@@ -1,30 +1,31 @@
 /* A row group's column readers decoded, and their batches converted, on
- * several threads (pq_internal.h, imp_pqc_par_t; docs/PARQUET.md
- * "Decoding on several threads"): the worker's Parquet source reads a
- * split on its reader thread, and its decode (pages decompressed, levels
- * and values decoded, dictionaries mapped) and the conversion of the
- * batches into the stripe are nearly all of its CPU. With N threads the
- * projected readers of a row group are split into GROUPS_PER_THREAD x N
- * groups of about the same cost, the readers one slot reads (or whose
- * slots write one output array) always in the same group. A job is one
- * batch: the calling thread and N - 1 helpers take the groups one at a
- * time, largest first, each decoding a group's readers' next batch and
- * then (when the caller planned the batch's run, imp_pqc_conv_t)
- * converting its slots into the stripe, until none is left; the caller
- * then waits only for groups a helper is still on. So no thread waits
- * for another to begin: a helper not running when the job is posted
- * (behind other threads on its CPU, or woken on the caller's own) leaves
- * its share to the caller instead of making it wait for a wake-up.
+ * several threads (pq_internal.h, imp_pqc_par_t; docs/PARQUET.md "Decoding
+ * on several threads"): the worker's Parquet source reads a split on its
+ * reader thread, and its decode (pages decompressed, levels and values
+ * decoded, dictionaries mapped) and the conversion of the batches into the
+ * stripe are nearly all of its CPU. With N threads the projected readers of
+ * a row group are split into GROUPS_PER_THREAD x N groups of about the same
+ * cost, the readers one slot reads (or whose slots write one output array)
+ * always in the same group. A job is one batch: the calling thread and
+ * N - 1 helpers take the groups one at a time (pick: each its own first),
+ * each
+ * decoding a group's readers' next batch and then (when the caller planned
+ * the batch's run, imp_pqc_conv_t) converting its slots into the stripe,
+ * until none is left; the caller then waits only for groups a helper is
+ * still on. So no thread waits for another to begin: a helper not running
+ * when the job is posted (behind other threads on its CPU, or woken on the
+ * caller's own) leaves its share to the caller instead of making it wait
+ * for a wake-up, and a helper found on the caller's CPU moves off it
+ * (keep_off).
  *
  * What each thread writes is its own: a reader (its pages, dictionary,
- * batch) is decoded by one thread per batch, the readers of a group use
- * the page scratch and ZSTD context (sl_pq_scratch_t) of the thread that
- * took the group (set as it takes it), and the slots of a group write
- * arrays (or, labels and dense values being row-major, all the numeric
- * columns) no other group writes. Shared and
- * only read: the file's metadata, the byte source (pread; an object's
- * prefetched windows, or the store's ranged reads) and the value maps
- * (pure functions of their values). */
+ * batch) is decoded by one thread per batch, the readers of a group use the
+ * page scratch and ZSTD context (sl_pq_scratch_t) of the thread that took
+ * the group (set as it takes it), and the slots of a group write arrays
+ * (or, labels and dense values being row-major, all the numeric columns) no
+ * other group writes. Shared and only read: the file's metadata, the byte
+ * source (pread; an object's prefetched windows, or the store's ranged
+ * reads) and the value maps (pure functions of their values). */
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
@@ -81,11 +82,11 @@ struct imp_pqc_par {
     uint32_t *order;           /* [groups]: the groups by their cost, largest first */
     uint64_t *bytes, *load;    /* [cap] a unit's cost; [groups] a group's */
     uint32_t cap;
-    /* mu guards the job: gen, stop, the taking (taken, by, did, finished, pass) and
-     * the job itself (g, decode, conv, caller_cpu), which the caller sets
-     * and the helpers read between a go and the job's end; a group's
-     * outcome is read by the others only after its done was counted
-     * (under mu) */
+    /* mu guards the job: gen, stop, the taking (taken, by, did,
+     * finished, pass) and the job itself (g, decode, conv, caller_cpu),
+     * which the caller sets and the helpers read between a go and the
+     * job's end; a group's outcome is read by the others only after its
+     * done was counted (under mu) */
     sl_mutex_t mu;
     pthread_cond_t go, done;
     uint64_t gen; /* jobs posted */
