@@ -8,10 +8,9 @@
  * cost, the readers one slot reads (or whose slots write one output array)
  * always in the same group. A job is one batch: the calling thread and
  * N - 1 helpers take the groups one at a time (pick: each its own first),
- * each
- * decoding a group's readers' next batch and then (when the caller planned
- * the batch's run, imp_pqc_conv_t) converting its slots into the stripe,
- * until none is left; the caller then waits only for groups a helper is
+ * each decoding a group's readers' next batch and then (when the caller
+ * planned the batch's run, imp_pqc_conv_t) converting its slots into the
+ * stripe, until none is left; the caller then waits only for groups a helper is
  * still on. So no thread waits for another to begin: a helper not running
  * when the job is posted (behind other threads on its CPU, or woken on the
  * caller's own) leaves its share to the caller instead of making it wait
