@@ -76,7 +76,7 @@ struct imp_pqc {
      * thread decodes every reader */
     struct imp_pqc_par *par;
     uint32_t *unit;    /* [pool_cap]: the first reader of each reader's unit (its slots') */
-    uint8_t *slot_grp; /* [num_slots]: the group (thread) converting each slot */
+    uint8_t *slot_grp; /* [num_slots]: the group converting each slot */
 };
 
 /* Where a run of a batch goes: rows [r0, r1) of the batches become rows
@@ -130,14 +130,14 @@ sl_err_t imp_pqc_convert_run(imp_pqc_t *c, const group_read_t *g, uint32_t r0, u
 
 typedef struct imp_pqc_par imp_pqc_par_t;
 /* The conversion of a planned run of the next batch, on the threads that
- * decoded it: each group's thread calls fn(ctx, k) for its slots once
- * each of its readers' batches holds `rows` rows (else leaves them to the
- * caller). fn returns false for anything but a clean conversion (a
+ * decoded it: the thread that took group k calls fn(ctx, k) for its slots
+ * once each of its readers' batches holds `rows` rows (else leaves them
+ * to the caller). fn returns false for anything but a clean conversion (a
  * refused row, no room, no memory): the caller then converts the run
  * again on its own thread, so that errors are exactly a single thread's. */
 typedef struct imp_pqc_conv {
     uint32_t rows;
-    /* NULL, or first on every thread, each then waiting for the others
+    /* NULL, or first for every group, every fn waiting for every pre
      * (one meeting): false from any and none converts */
     bool (*pre)(void *ctx, uint32_t k);
     bool (*fn)(void *ctx, uint32_t k);
@@ -146,19 +146,20 @@ typedef struct imp_pqc_conv {
 } imp_pqc_conv_t;
 
 /* threads - 1 helper threads, each with its own page scratch and ZSTD
- * context, for groups of at most cap readers. threads < 2: *out NULL (no
+ * context, for row groups of at most cap readers. threads < 2: *out NULL (no
  * helpers). Caller owns *out, free with imp_pqc_par_destroy after the
  * readers it decoded are destroyed or decode no more. */
 sl_err_t imp_pqc_par_new(const sl_allocator_t *a, uint32_t threads, uint32_t cap,
                          imp_pqc_par_t **out, sl_error_t *err);
 void imp_pqc_par_destroy(imp_pqc_par_t *p);
 /* Split the readers of row group gi of f (g, just opened) into groups of
- * about the same uncompressed bytes, one per thread, keeping together the
- * readers of one unit (unit[i]: the first reader of reader i's unit, <= i),
- * and give each reader its thread's scratch (own: the calling thread's). */
+ * about the same cost, a few per thread, keeping together the readers of
+ * one unit (unit[i]: the first reader of reader i's unit, <= i); own is
+ * the calling thread's scratch (a reader gets the scratch of the thread
+ * that decodes it). */
 void imp_pqc_par_assign(imp_pqc_par_t *p, const sl_pq_file_t *f, uint32_t gi, group_read_t *g,
                         sl_pq_scratch_t *own, const uint32_t *unit);
-/* The group (thread) of reader i since the last assign. */
+/* The group of reader i since the last assign. */
 uint32_t imp_pqc_par_group(const imp_pqc_par_t *p, uint32_t reader);
 /* Whether g's readers are shared among the threads (else the calling
  * thread decodes them all and converts nothing on the others). */
@@ -173,16 +174,18 @@ typedef struct imp_pqc_aside {
     sl_error_t err;
 } imp_pqc_aside_t;
 
-/* imp_pq_group_next with each group's readers decoded on its thread (the
- * calling thread's too), then conv (NULL: none) run, joined once before it
- * returns: the same batches, rows and errors as imp_pq_group_next;
- * conv->ok says whether the run was converted. aside (NULL: none) runs on
- * the calling thread once the job is posted, before its own group's part
- * (or, with nothing shared, before the decode): its outcome is in aside. */
+/* imp_pq_group_next with each group's readers decoded, and then its part
+ * of conv (NULL: none) run, by whichever thread takes the group (the
+ * calling thread's too), all done before it returns: the same batches,
+ * rows and errors as imp_pq_group_next; conv->ok says whether the run was
+ * converted. aside (NULL: none) runs on the calling thread once the job
+ * is posted, before it takes any group (or, with nothing shared, before
+ * the decode): its outcome is in aside. */
 sl_err_t imp_pqc_par_next(imp_pqc_par_t *p, group_read_t *g, const char *input, uint32_t gi,
                           imp_pqc_conv_t *conv, imp_pqc_aside_t *aside, uint32_t *rows,
                           sl_error_t *err);
-/* conv run on each group's thread over the batches already decoded. */
+/* conv run group by group on the threads over the batches already
+ * decoded. */
 void imp_pqc_par_convert(imp_pqc_par_t *p, group_read_t *g, imp_pqc_conv_t *conv);
 
 /* import_parquet_take.c: begin building rows [r0, r1) of g's batches, a
