@@ -20,6 +20,7 @@
 #include "common/parse.h"
 #include "dpp/admin/ui.h"
 #include "httpd/server.h"
+#include "netlib/netlib.h"
 
 struct sl_admin {
     sl_httpd_t *httpd;
@@ -28,6 +29,13 @@ struct sl_admin {
     char *token;
     char *tls_cert, *tls_key; /* PEM text (owned strings), kept for the server's life */
 };
+
+/* libmicrohttpd's functions: loaded by sl_httpd_start, under which every
+ * call here runs. */
+static const sl_netlib_mhd_t *libmicrohttpd(void)
+{
+    return sl_netlib_mhd(NULL);
+}
 
 /* Per-request state across libmicrohttpd's calls for one request. */
 typedef struct request_state {
@@ -204,7 +212,7 @@ static bool split_path(const char *url, path_segs_t *p)
         char *slash = strchr(at, '/');
         if (slash) *slash = '\0';
         p->seg[p->n] = at;
-        p->len[p->n] = MHD_http_unescape(at);
+        p->len[p->n] = libmicrohttpd()->http_unescape(at);
         p->n++;
         if (!slash) return true;
         at = slash + 1;
@@ -334,15 +342,15 @@ static int admit(sl_admin_t *admin, struct MHD_Connection *conn, const char *url
                                  "routes are disabled");
             return 403;
         }
-        const char *auth =
-            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *auth = libmicrohttpd()->lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                    MHD_HTTP_HEADER_AUTHORIZATION);
         if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !token_equal(auth + 7, admin->token)) {
             sl_admin_reply_error(r, 401, "missing or wrong bearer token");
             return 401;
         }
     }
-    const char *cl =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl = libmicrohttpd()->lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                              MHD_HTTP_HEADER_CONTENT_LENGTH);
     uint64_t declared;
     if (cl && sl_parse_u64(cl, 0, UINT64_MAX, &declared, NULL, NULL) == SL_OK &&
         declared > admin->opts.max_body_bytes) {
