@@ -6,10 +6,10 @@
 
 #include "netlib/netlib.h"
 
-/* The functions of libcurl that sluice calls (field: the name less curl_,
- * curl_free's free_string). Calls
- * through the table skip curl's compile-time option checks
- * (curl/typecheck-gcc.h): the value's type must match the option. */
+/* The functions of libcurl that sluice calls (field: the name less
+ * curl_, curl_free's free_string). Calls through the table skip curl's
+ * compile-time option checks (curl/typecheck-gcc.h): the value's type
+ * must match the option. */
 #define SL_NETLIB_CURL_FUNCS(X)                                                                    \
     X(curl_global_init, global_init)                                                               \
     X(curl_global_cleanup, global_cleanup)                                                         \
