@@ -2,18 +2,25 @@
  * library beside the program, dlopen it, fill the table with dlsym. */
 #include "netlib/netlib.h"
 
+#include "netlib/netlib_gnutls.h"
+
 #ifdef SLUICE_NETLIB_LINKED
 
-static const sl_netlib_mhd_t mhd_linked = {
-#define LINKED(fn, field) .field = fn,
-    SL_NETLIB_MHD_FUNCS(LINKED)
+#define LINKED(fn, field) .field = &fn,
+static const sl_netlib_mhd_t mhd_linked = {SL_NETLIB_MHD_FUNCS(LINKED)};
+static const sl_netlib_gnutls_t gnutls_linked = {SL_NETLIB_GNUTLS_FUNCS(LINKED)};
 #undef LINKED
-};
 
 const sl_netlib_mhd_t *sl_netlib_mhd(sl_error_t *err)
 {
     (void)err;
     return &mhd_linked;
+}
+
+const sl_netlib_gnutls_t *sl_netlib_gnutls(sl_error_t *err)
+{
+    (void)err;
+    return &gnutls_linked;
 }
 
 #else
@@ -136,14 +143,17 @@ static const void *table_of(library_t *lib, sl_error_t *err)
 #define CURL_SYMBOL(fn, field) SYMBOL(sl_netlib_curl_t, fn, field)
 #define XML_SYMBOL(fn, field) SYMBOL(sl_netlib_xml_t, fn, field)
 #define MHD_SYMBOL(fn, field) SYMBOL(sl_netlib_mhd_t, fn, field)
+#define GNUTLS_SYMBOL(fn, field) SYMBOL(sl_netlib_gnutls_t, fn, field)
 
 static const symbol_t curl_symbols[] = {SL_NETLIB_CURL_FUNCS(CURL_SYMBOL)};
 static const symbol_t xml_symbols[] = {SL_NETLIB_XML_FUNCS(XML_SYMBOL)};
 static const symbol_t mhd_symbols[] = {SL_NETLIB_MHD_FUNCS(MHD_SYMBOL)};
+static const symbol_t gnutls_symbols[] = {SL_NETLIB_GNUTLS_FUNCS(GNUTLS_SYMBOL)};
 
 static sl_netlib_curl_t curl_table;
 static sl_netlib_xml_t xml_table;
 static sl_netlib_mhd_t mhd_table;
+static sl_netlib_gnutls_t gnutls_table;
 
 #define LIBRARY(file, upstream, symbols, table)                                                    \
     {                                                                                              \
@@ -153,10 +163,13 @@ static library_t curl_lib = LIBRARY("libsluice_curl.so", "libcurl", curl_symbols
 static library_t xml_lib = LIBRARY("libsluice_xml2.so", "libxml2", xml_symbols, xml_table);
 static library_t mhd_lib =
     LIBRARY("libsluice_microhttpd.so", "libmicrohttpd", mhd_symbols, mhd_table);
+static library_t gnutls_lib =
+    LIBRARY("libsluice_gnutls.so", "GnuTLS", gnutls_symbols, gnutls_table);
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static pthread_once_t xml_once = PTHREAD_ONCE_INIT;
 static pthread_once_t mhd_once = PTHREAD_ONCE_INIT;
+static pthread_once_t gnutls_once = PTHREAD_ONCE_INIT;
 static void load_curl(void)
 {
     load(&curl_lib);
@@ -168,6 +181,10 @@ static void load_xml(void)
 static void load_mhd(void)
 {
     load(&mhd_lib);
+}
+static void load_gnutls(void)
+{
+    load(&gnutls_lib);
 }
 
 const sl_netlib_curl_t *sl_netlib_curl(sl_error_t *err)
@@ -186,6 +203,12 @@ const sl_netlib_mhd_t *sl_netlib_mhd(sl_error_t *err)
 {
     pthread_once(&mhd_once, load_mhd);
     return table_of(&mhd_lib, err);
+}
+
+const sl_netlib_gnutls_t *sl_netlib_gnutls(sl_error_t *err)
+{
+    pthread_once(&gnutls_once, load_gnutls);
+    return table_of(&gnutls_lib, err);
 }
 
 #endif

@@ -1,6 +1,6 @@
-/* The network libraries loaded on first use (src/netlib/netlib.h): each
- * table is filled and its functions work (libcurl, libxml2,
- * libmicrohttpd), the same table comes back on every call, the program
+/* The libraries loaded on first use (src/netlib/netlib.h): each table is
+ * filled and its functions work (libcurl, libxml2, libmicrohttpd,
+ * GnuTLS), the same table comes back on every call, the program
  * maps none of them at start, and a program whose library is missing says
  * which one and why instead of failing at start or crashing. */
 #include <criterion/criterion.h>
@@ -11,6 +11,7 @@
 
 #include "netlib/netlib.h"
 #include "netlib/netlib_curl.h"
+#include "netlib/netlib_gnutls.h"
 #include "netlib/netlib_xml.h"
 #include "testutil.h"
 
@@ -61,11 +62,36 @@ Test(netlib, microhttpd_table_works)
                  true);
 }
 
+Test(netlib, gnutls_table_works)
+{
+    sl_error_t err = {0};
+    const sl_netlib_gnutls_t *g = sl_netlib_gnutls(&err);
+    cr_assert_not_null(g, "%s", err.msg);
+    /* RFC 4231 test case 2 */
+    uint8_t mac[32];
+    cr_assert_eq(
+        g->hmac_fast(GNUTLS_MAC_SHA256, "Jefe", 4, "what do ya want for nothing?", 28, mac), 0);
+    const uint8_t want[4] = {0x5b, 0xdc, 0xc1, 0x46};
+    cr_assert_eq(g->memcmp_constant_time(mac, want, sizeof want), 0);
+    cr_assert_neq(g->memcmp_constant_time(mac + 1, want, sizeof want), 0);
+    gnutls_datum_t raw = {(unsigned char *)"sluice", 6}, enc = {0}, dec = {0};
+    cr_assert_eq(g->base64_encode2(&raw, &enc), 0);
+    cr_assert_eq(enc.size, 8);
+    cr_assert_eq(memcmp(enc.data, "c2x1aWNl", 8), 0);
+    cr_assert_eq(g->base64_decode2(&enc, &dec), 0);
+    cr_assert_eq(dec.size, 6);
+    cr_assert_eq(memcmp(dec.data, "sluice", 6), 0);
+    (*g->free_memory)(enc.data);
+    (*g->free_memory)(dec.data);
+    cr_assert_str_eq(g->strerror(GNUTLS_E_MEMORY_ERROR), "Internal error in memory allocation.");
+}
+
 Test(netlib, same_table_every_call)
 {
     cr_assert_eq(sl_netlib_curl(NULL), sl_netlib_curl(NULL));
     cr_assert_eq(sl_netlib_xml(NULL), sl_netlib_xml(NULL));
     cr_assert_eq(sl_netlib_mhd(NULL), sl_netlib_mhd(NULL));
+    cr_assert_eq(sl_netlib_gnutls(NULL), sl_netlib_gnutls(NULL));
     cr_assert_not_null(sl_netlib_mhd(NULL));
 }
 
@@ -90,6 +116,7 @@ Test(netlib, program_loads_none_at_start)
     cr_assert_null(strstr(libs, "libcurl"), "%s", libs);
     cr_assert_null(strstr(libs, "libxml2"), "%s", libs);
     cr_assert_null(strstr(libs, "libmicrohttpd"), "%s", libs);
+    cr_assert_null(strstr(libs, "libgnutls"), "%s", libs);
     free(libs);
 }
 

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 
 #include "common/err.h"
@@ -21,6 +20,7 @@
 #include "dpp/admin/ui.h"
 #include "httpd/server.h"
 #include "netlib/netlib.h"
+#include "netlib/netlib_gnutls.h"
 
 struct sl_admin {
     sl_httpd_t *httpd;
@@ -462,17 +462,22 @@ static sl_err_t load_tls(sl_admin_t *a, sl_error_t *err)
     sl_err_t rc = read_pem(a, cf, "TLS certificate", &a->tls_cert, err);
     if (rc == SL_OK) rc = read_pem(a, kf, "TLS key", &a->tls_key, err);
     if (rc != SL_OK) return rc;
+    const sl_netlib_gnutls_t *gnutls = sl_netlib_gnutls(err);
+    if (gnutls == NULL) {
+        sl_error_prefix(err, "admin endpoint: TLS: ");
+        return SL_ERR_UNSUPPORTED;
+    }
     gnutls_certificate_credentials_t cred;
-    if (gnutls_certificate_allocate_credentials(&cred) < 0)
+    if (gnutls->certificate_allocate_credentials(&cred) < 0)
         return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
     gnutls_datum_t c = {(unsigned char *)a->tls_cert, (unsigned int)strlen(a->tls_cert)};
     gnutls_datum_t k = {(unsigned char *)a->tls_key, (unsigned int)strlen(a->tls_key)};
-    int g = gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
-    gnutls_certificate_free_credentials(cred);
+    int g = gnutls->certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
+    gnutls->certificate_free_credentials(cred);
     if (g < 0)
         return sl_error_set(err, SL_ERR_INVALID,
                             "admin endpoint: TLS certificate %s with key %s: %s", cf, kf,
-                            gnutls_strerror(g));
+                            gnutls->strerror(g));
     return SL_OK;
 }
 

@@ -114,9 +114,9 @@ done
   fail "the worker runs $(readlink -f "/proc/${pids[-1]}/exe"), not the wheel's program"
 maps_check "${pids[-1]}" "sluice worker"
 # libmicrohttpd (--admin) and libcurl are loaded on first use, through
-# sluice/libsluice_*.so (docs/DESIGN.md "Network libraries loaded on first
-# use"): the worker's comes from the wheel (maps_check), and the program's
-# HTTP client reaches libcurl (its own message, not a load error)
+# sluice/libsluice_*.so (docs/DESIGN.md "Libraries loaded on first use"):
+# the worker's comes from the wheel (maps_check), and the program's HTTP
+# client reaches libcurl (its own message, not a load error)
 grep -q '/libmicrohttpd-[0-9a-f]*\.so' "/proc/${pids[-1]}/maps" ||
   fail "the worker with --admin maps no libmicrohttpd of the wheel: $(cat "$work/worker.log")"
 jobs=$(sluice jobs list --admin 127.0.0.1:1 2>&1) && fail "sluice jobs list on a closed port succeeded"
