@@ -1,5 +1,7 @@
-/* Loading the network libraries on first use (netlib.h): find our small
- * library beside the program, dlopen it, fill the table with dlsym. */
+/* Loading the libraries on first use (netlib.h): find our small library
+ * beside the program, dlopen it, fill the table with dlsym; or, in
+ * libsluice_trainer.so (SLUICE_NETLIB_LINKED), tables of the linked
+ * functions. */
 #include "netlib/netlib.h"
 
 #include "netlib/netlib_gnutls.h"
@@ -92,7 +94,7 @@ static void *open_ours(library_t *lib)
         if (slash) *slash = '\0';
         /* its own directory (the build tree), the install's lib/, the
          * wheel's package directory (sluice/bin/..) */
-        const char *dirs[] = {"", "/" SLUICE_NETLIB_LIBDIR_FROM_BINDIR, "/.."};
+        const char *dirs[] = {"", ("/" SLUICE_NETLIB_LIBDIR_FROM_BINDIR), "/.."};
         for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
             char path[PATH_MAX + 64];
             int len = snprintf(path, sizeof path, "%s%s/%s", exe, dirs[i], lib->file);
