@@ -1,6 +1,6 @@
 # Install rules: `cmake --install build [--prefix DIR]` puts the `sluice`
 # program in bin/ (and the libraries it loads on first use,
-# libsluice_{curl,xml2,microhttpd,gnutls}.so, in lib/), libsluice_trainer.so (SONAME libsluice_trainer.so.2) in
+# libsluice_{curl,xml2,microhttpd,gnutls,rdkafka}.so, in lib/), libsluice_trainer.so (SONAME libsluice_trainer.so.2) in
 # lib/, the public headers in include/sluice/, sluice-trainer.pc in
 # lib/pkgconfig/ and the CMake package (find_package(sluice), target
 # sluice::trainer) in lib/cmake/sluice/. The .pc file and the CMake package
@@ -19,7 +19,7 @@ if(SKBUILD)
           RENAME libsluice_trainer.so)
   if(TARGET sluice)
     install(PROGRAMS $<TARGET_FILE:sluice> DESTINATION sluice/bin)
-    # the program's libcurl, libxml2, libmicrohttpd and GnuTLS, loaded on first use
+    # the program's libcurl, libxml2, libmicrohttpd, GnuTLS and librdkafka, loaded on first use
     # (src/netlib/netlib.h) from sluice/bin/..: auditwheel vendors what
     # they name in DT_NEEDED
     install(TARGETS ${SLUICE_NETLIB_LIBRARIES} LIBRARY DESTINATION sluice)

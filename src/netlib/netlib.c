@@ -38,6 +38,7 @@ const sl_netlib_gnutls_t *sl_netlib_gnutls(sl_error_t *err)
 #include <unistd.h>
 
 #include "netlib/netlib_curl.h"
+#include "netlib/netlib_kafka.h"
 #include "netlib/netlib_xml.h"
 
 /* The install's library directory relative to its program directory
@@ -146,16 +147,19 @@ static const void *table_of(library_t *lib, sl_error_t *err)
 #define XML_SYMBOL(fn, field) SYMBOL(sl_netlib_xml_t, fn, field)
 #define MHD_SYMBOL(fn, field) SYMBOL(sl_netlib_mhd_t, fn, field)
 #define GNUTLS_SYMBOL(fn, field) SYMBOL(sl_netlib_gnutls_t, fn, field)
+#define KAFKA_SYMBOL(fn, field) SYMBOL(sl_netlib_kafka_t, fn, field)
 
 static const symbol_t curl_symbols[] = {SL_NETLIB_CURL_FUNCS(CURL_SYMBOL)};
 static const symbol_t xml_symbols[] = {SL_NETLIB_XML_FUNCS(XML_SYMBOL)};
 static const symbol_t mhd_symbols[] = {SL_NETLIB_MHD_FUNCS(MHD_SYMBOL)};
 static const symbol_t gnutls_symbols[] = {SL_NETLIB_GNUTLS_FUNCS(GNUTLS_SYMBOL)};
+static const symbol_t kafka_symbols[] = {SL_NETLIB_KAFKA_FUNCS(KAFKA_SYMBOL)};
 
 static sl_netlib_curl_t curl_table;
 static sl_netlib_xml_t xml_table;
 static sl_netlib_mhd_t mhd_table;
 static sl_netlib_gnutls_t gnutls_table;
+static sl_netlib_kafka_t kafka_table;
 
 #define LIBRARY(file, upstream, symbols, table)                                                    \
     {                                                                                              \
@@ -167,11 +171,14 @@ static library_t mhd_lib =
     LIBRARY("libsluice_microhttpd.so", "libmicrohttpd", mhd_symbols, mhd_table);
 static library_t gnutls_lib =
     LIBRARY("libsluice_gnutls.so", "GnuTLS", gnutls_symbols, gnutls_table);
+static library_t kafka_lib =
+    LIBRARY("libsluice_rdkafka.so", "librdkafka", kafka_symbols, kafka_table);
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static pthread_once_t xml_once = PTHREAD_ONCE_INIT;
 static pthread_once_t mhd_once = PTHREAD_ONCE_INIT;
 static pthread_once_t gnutls_once = PTHREAD_ONCE_INIT;
+static pthread_once_t kafka_once = PTHREAD_ONCE_INIT;
 static void load_curl(void)
 {
     load(&curl_lib);
@@ -187,6 +194,10 @@ static void load_mhd(void)
 static void load_gnutls(void)
 {
     load(&gnutls_lib);
+}
+static void load_kafka(void)
+{
+    load(&kafka_lib);
 }
 
 const sl_netlib_curl_t *sl_netlib_curl(sl_error_t *err)
@@ -211,6 +222,12 @@ const sl_netlib_gnutls_t *sl_netlib_gnutls(sl_error_t *err)
 {
     pthread_once(&gnutls_once, load_gnutls);
     return table_of(&gnutls_lib, err);
+}
+
+const sl_netlib_kafka_t *sl_netlib_kafka(sl_error_t *err)
+{
+    pthread_once(&kafka_once, load_kafka);
+    return table_of(&kafka_lib, err);
 }
 
 #endif

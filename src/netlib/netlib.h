@@ -1,26 +1,26 @@
 /* The libraries sluice loads on first use instead of at start: libcurl
  * (the S3 store's HTTP engine, the command line's HTTP client, the
  * Kubernetes executor), libxml2 (S3's XML answers), libmicrohttpd (the
- * admin endpoints' and the trainer metrics' HTTP server) and GnuTLS (the
+ * admin endpoints' and the trainer metrics' HTTP server), GnuTLS (the
  * cluster secret's HMAC, S3's payload hashes, base64 of resume tokens, the
- * admin endpoint's certificate check). With their own dependencies they
- * were 30 of the program's 49 shared libraries, many built BIND_NOW, and
- * linking them cost every `sluice` process several ms of dynamic-linker
- * work at start (docs/BENCHMARKS.md "process start"), paid by each worker
- * of a job that reads a local table or Parquet file and serves no admin
- * endpoint.
+ * admin endpoint's certificate check) and librdkafka (Kafka sources and
+ * `sluice produce`). With their own dependencies they were 34 of the
+ * program's 49 shared libraries, many built BIND_NOW, and linking them
+ * cost every `sluice` process most of its start (docs/BENCHMARKS.md
+ * "Process start"), paid by each worker of a job that reads a local table
+ * or Parquet file and serves no admin endpoint.
  *
  * Each library is reached through a small shared library of ours that
  * names it in DT_NEEDED (libsluice_curl.so, libsluice_xml2.so,
- * libsluice_microhttpd.so, libsluice_gnutls.so: no code, so that the
- * install and auditwheel see and vendor the real one), opened with dlopen
- * from beside the program (its directory, the install's library
- * directory, the wheel's package directory), then from the library path;
- * its dependencies' functions come from dlsym on its handle into a table
- * of function pointers. A caller loads its table before its first call
- * (sl_netlib_curl(err) and the others load on the first call and return
- * the same table after); when a library cannot be loaded the error names
- * it and what dlopen said.
+ * libsluice_microhttpd.so, libsluice_gnutls.so, libsluice_rdkafka.so: no
+ * code, so that the install and auditwheel see and vendor the real one),
+ * opened with dlopen from beside the program (its directory, the
+ * install's library directory, the wheel's package directory), then from
+ * the library path; its dependencies' functions come from dlsym on its
+ * handle into a table of function pointers. A caller loads its table
+ * before its first call (sl_netlib_curl(err) and the others load on the
+ * first call and return the same table after); when a library cannot be
+ * loaded the error names it and what dlopen said.
  *
  * Built with SLUICE_NETLIB_LINKED (libsluice_trainer.so), the
  * libmicrohttpd and GnuTLS tables are filled from the linked libraries

@@ -15,20 +15,20 @@ test=c_install
 
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install: $(cat "$work/install.log")"
-netlibs="lib/libsluice_curl.so lib/libsluice_xml2.so lib/libsluice_microhttpd.so lib/libsluice_gnutls.so"
+netlibs="lib/libsluice_curl.so lib/libsluice_xml2.so lib/libsluice_microhttpd.so lib/libsluice_gnutls.so lib/libsluice_rdkafka.so"
 for f in bin/sluice lib/libsluice_trainer.so lib/libsluice_trainer.so.2 include/sluice/trainer.h \
          lib/pkgconfig/sluice-trainer.pc lib/cmake/sluice/sluice-config.cmake $netlibs; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
 
-# libcurl, libxml2, libmicrohttpd and GnuTLS: not loaded at start, found through
+# libcurl, libxml2, libmicrohttpd, GnuTLS and librdkafka: not loaded at start, found through
 # lib/libsluice_*.so on first use (docs/DESIGN.md "Libraries loaded
 # on first use"): the installed program reaches libcurl (its
 # message, not a load error) and serves an admin endpoint.
 for f in $netlibs; do
   if ldd "$prefix/$f" | grep -q 'not found'; then fail "$f: $(ldd "$prefix/$f" | grep 'not found')"; fi
 done
-if LD_TRACE_LOADED_OBJECTS=1 "$prefix/bin/sluice" | grep -E 'libcurl|libxml2|libmicrohttpd|libgnutls'; then
+if LD_TRACE_LOADED_OBJECTS=1 "$prefix/bin/sluice" | grep -E 'libcurl|libxml2|libmicrohttpd|libgnutls|librdkafka'; then
   fail "the installed program loads a network library at start"
 fi
 jobs=$("$prefix/bin/sluice" jobs list --admin 127.0.0.1:1 2>&1) && fail "jobs list on a closed port succeeded"

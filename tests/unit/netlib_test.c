@@ -1,6 +1,6 @@
 /* The libraries loaded on first use (src/netlib/netlib.h): each table is
  * filled and its functions work (libcurl, libxml2, libmicrohttpd,
- * GnuTLS), the same table comes back on every call, the program
+ * GnuTLS, librdkafka), the same table comes back on every call, the program
  * maps none of them at start, and a program whose library is missing says
  * which one and why instead of failing at start or crashing. */
 #include <criterion/criterion.h>
@@ -12,6 +12,7 @@
 #include "netlib/netlib.h"
 #include "netlib/netlib_curl.h"
 #include "netlib/netlib_gnutls.h"
+#include "netlib/netlib_kafka.h"
 #include "netlib/netlib_xml.h"
 #include "testutil.h"
 
@@ -86,12 +87,30 @@ Test(netlib, gnutls_table_works)
     cr_assert_str_eq(g->strerror(GNUTLS_E_MEMORY_ERROR), "Internal error in memory allocation.");
 }
 
+Test(netlib, kafka_table_works)
+{
+    sl_error_t err = {0};
+    const sl_netlib_kafka_t *k = sl_netlib_kafka(&err);
+    cr_assert_not_null(k, "%s", err.msg);
+    cr_assert_str_eq(k->err2name(RD_KAFKA_RESP_ERR__PARTITION_EOF), "_PARTITION_EOF");
+    rd_kafka_conf_t *conf = k->conf_new();
+    char why[256], v[64];
+    size_t vn = sizeof v;
+    cr_assert_eq(k->conf_set(conf, "fetch.wait.max.ms", "100", why, sizeof why), RD_KAFKA_CONF_OK);
+    cr_assert_eq(k->conf_get(conf, "fetch.wait.max.ms", v, &vn), RD_KAFKA_CONF_OK);
+    cr_assert_str_eq(v, "100");
+    cr_assert_eq(k->conf_set(conf, "no.such.property", "1", why, sizeof why),
+                 RD_KAFKA_CONF_UNKNOWN);
+    k->conf_destroy(conf);
+}
+
 Test(netlib, same_table_every_call)
 {
     cr_assert_eq(sl_netlib_curl(NULL), sl_netlib_curl(NULL));
     cr_assert_eq(sl_netlib_xml(NULL), sl_netlib_xml(NULL));
     cr_assert_eq(sl_netlib_mhd(NULL), sl_netlib_mhd(NULL));
     cr_assert_eq(sl_netlib_gnutls(NULL), sl_netlib_gnutls(NULL));
+    cr_assert_eq(sl_netlib_kafka(NULL), sl_netlib_kafka(NULL));
     cr_assert_not_null(sl_netlib_mhd(NULL));
 }
 
@@ -117,6 +136,7 @@ Test(netlib, program_loads_none_at_start)
     cr_assert_null(strstr(libs, "libxml2"), "%s", libs);
     cr_assert_null(strstr(libs, "libmicrohttpd"), "%s", libs);
     cr_assert_null(strstr(libs, "libgnutls"), "%s", libs);
+    cr_assert_null(strstr(libs, "librdkafka"), "%s", libs);
     free(libs);
 }
 
