@@ -1,5 +1,6 @@
 # Install rules: `cmake --install build [--prefix DIR]` puts the `sluice`
-# program in bin/, libsluice_trainer.so (SONAME libsluice_trainer.so.2) in
+# program in bin/ (and the libraries it loads on first use,
+# libsluice_{curl,xml2,microhttpd,gnutls,rdkafka}.so, in lib/), libsluice_trainer.so (SONAME libsluice_trainer.so.2) in
 # lib/, the public headers in include/sluice/, sluice-trainer.pc in
 # lib/pkgconfig/ and the CMake package (find_package(sluice), target
 # sluice::trainer) in lib/cmake/sluice/. The .pc file and the CMake package
@@ -18,6 +19,10 @@ if(SKBUILD)
           RENAME libsluice_trainer.so)
   if(TARGET sluice)
     install(PROGRAMS $<TARGET_FILE:sluice> DESTINATION sluice/bin)
+    # the program's libcurl, libxml2, libmicrohttpd, GnuTLS and librdkafka, loaded on first use
+    # (src/netlib/netlib.h) from sluice/bin/..: auditwheel vendors what
+    # they name in DT_NEEDED
+    install(TARGETS ${SLUICE_NETLIB_LIBRARIES} LIBRARY DESTINATION sluice)
   endif()
   return()
 endif()
@@ -27,6 +32,8 @@ set(SLUICE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/sluice)
 
 if(TARGET sluice)
   install(TARGETS sluice RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  # loaded on first use from the program's ../lib (src/netlib/netlib.h)
+  install(TARGETS ${SLUICE_NETLIB_LIBRARIES} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
 install(TARGETS sluice_trainer_shared EXPORT sluice-targets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

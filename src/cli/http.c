@@ -3,7 +3,6 @@
  * e.g. `sluice submit --wait` polling), replies kept whole up to a bound. */
 #include "http.h"
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,9 +10,16 @@
 
 #include "common/mem.h"
 #include "dpp/admin/endpoint.h"
+#include "netlib/netlib_curl.h"
 
 /* Replies bigger than this are refused: the job list of a busy master fits. */
 #define MAX_REPLY (16u << 20)
+
+/* libcurl's functions: loaded by sl_cli_http_new before any call here. */
+static const sl_netlib_curl_t *libcurl(void)
+{
+    return sl_netlib_curl(NULL);
+}
 
 #define AC(field) offsetof(sl_cli_admin_client_args_t, field)
 
@@ -109,9 +115,14 @@ int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_
         sl_cli_http_destroy(c);
         return 1;
     }
-    c->curl = curl_easy_init();
+    if (sl_netlib_curl(&err) == NULL) {
+        fprintf(stderr, "sluice %s: %s\n", cmd, err.msg);
+        sl_cli_http_destroy(c);
+        return 1;
+    }
+    c->curl = libcurl()->easy_init();
     char auth[1024];
-    c->headers = curl_slist_append(NULL, "Content-Type: application/json");
+    c->headers = libcurl()->slist_append(NULL, "Content-Type: application/json");
     if (c->headers != NULL && c->token != NULL) {
         if ((size_t)snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token) >=
             sizeof auth) {
@@ -119,10 +130,10 @@ int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_
             sl_cli_http_destroy(c);
             return 1;
         }
-        struct curl_slist *h = curl_slist_append(c->headers, auth); /* a copy */
+        struct curl_slist *h = libcurl()->slist_append(c->headers, auth); /* a copy */
         memset(auth, 0, sizeof auth);
         if (h == NULL) {
-            curl_slist_free_all(c->headers);
+            libcurl()->slist_free_all(c->headers);
             c->headers = NULL;
         } else {
             c->headers = h;
@@ -134,14 +145,15 @@ int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_
         return 1;
     }
     long timeout_ms = (long)args->timeout_s * 1000;
-    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, c->headers);
-    curl_easy_setopt(c->curl, CURLOPT_USERAGENT, "sluice/" SLUICE_VERSION);
-    curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 10000 ? timeout_ms : 10000);
-    curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_data);
-    if (args->tls_ca != NULL) curl_easy_setopt(c->curl, CURLOPT_CAINFO, args->tls_ca);
+    libcurl()->easy_setopt(c->curl, CURLOPT_HTTPHEADER, c->headers);
+    libcurl()->easy_setopt(c->curl, CURLOPT_USERAGENT, "sluice/" SLUICE_VERSION);
+    libcurl()->easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+    libcurl()->easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS,
+                           timeout_ms < 10000 ? timeout_ms : 10000);
+    libcurl()->easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+    libcurl()->easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, "http,https");
+    libcurl()->easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_data);
+    if (args->tls_ca != NULL) libcurl()->easy_setopt(c->curl, CURLOPT_CAINFO, args->tls_ca);
     /* $no_proxy as libcurl reads it, plus loopback: no proxy can reach a
      * master's endpoint on this machine's loopback (CURLOPT_NOPROXY
      * replaces the variable, so it is carried over). */
@@ -149,7 +161,7 @@ int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_
     if (env == NULL || *env == '\0') env = getenv("NO_PROXY");
     snprintf(c->noproxy, sizeof c->noproxy, "%s%s127.0.0.1,localhost,::1", env != NULL ? env : "",
              env != NULL && *env != '\0' ? "," : "");
-    curl_easy_setopt(c->curl, CURLOPT_NOPROXY, c->noproxy);
+    libcurl()->easy_setopt(c->curl, CURLOPT_NOPROXY, c->noproxy);
     *out = c;
     return 0;
 }
@@ -157,8 +169,8 @@ int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_
 void sl_cli_http_destroy(sl_cli_http_t *c)
 {
     if (c == NULL) return;
-    curl_slist_free_all(c->headers);
-    if (c->curl != NULL) curl_easy_cleanup(c->curl);
+    if (c->headers != NULL) libcurl()->slist_free_all(c->headers);
+    if (c->curl != NULL) libcurl()->easy_cleanup(c->curl);
     sl_admin_token_free(c->token);
     sl_free(NULL, c, sizeof *c);
 }
@@ -177,20 +189,20 @@ int sl_cli_http_request(sl_cli_http_t *c, const char *method, const char *path, 
     }
     char why[CURL_ERROR_SIZE] = "";
     CURL *h = c->curl;
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L); /* resets a previous POST */
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, strcmp(method, "GET") == 0 ? NULL : method);
+    libcurl()->easy_setopt(h, CURLOPT_URL, url);
+    libcurl()->easy_setopt(h, CURLOPT_ERRORBUFFER, why);
+    libcurl()->easy_setopt(h, CURLOPT_WRITEDATA, r);
+    libcurl()->easy_setopt(h, CURLOPT_HTTPGET, 1L); /* resets a previous POST */
+    libcurl()->easy_setopt(h, CURLOPT_CUSTOMREQUEST, strcmp(method, "GET") == 0 ? NULL : method);
     if (body != NULL) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+        libcurl()->easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        libcurl()->easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
     }
-    CURLcode rc = curl_easy_perform(h);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    CURLcode rc = libcurl()->easy_perform(h);
+    libcurl()->easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
     if (rc == CURLE_OK && reply_grow(r, 1)) {
         if (r->len == 0) r->body[0] = '\0';
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+        libcurl()->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
         return 0;
     }
     if (r->too_big)
@@ -199,7 +211,7 @@ int sl_cli_http_request(sl_cli_http_t *c, const char *method, const char *path, 
         fprintf(stderr, "sluice %s: %s: %s\n", c->cmd, r->url,
                 rc == CURLE_OK   ? "out of memory"
                 : why[0] != '\0' ? why
-                                 : curl_easy_strerror(rc));
+                                 : libcurl()->easy_strerror(rc));
     sl_cli_http_reply_free(r);
     return -1;
 }
@@ -223,9 +235,9 @@ void sl_cli_http_print_refusal(const sl_cli_http_t *c, const sl_cli_http_reply_t
 bool sl_cli_http_path(sl_cli_http_t *c, const char *prefix, const char *segment, const char *suffix,
                       char *out, size_t cap)
 {
-    char *esc = curl_easy_escape(c->curl, segment, 0);
+    char *esc = libcurl()->easy_escape(c->curl, segment, 0);
     if (esc == NULL) return false;
     int n = snprintf(out, cap, "%s%s%s", prefix, esc, suffix);
-    curl_free(esc);
+    libcurl()->free_string(esc);
     return n >= 0 && (size_t)n < cap;
 }

@@ -5,7 +5,6 @@
  * HTTPS, proxies and chunked replies work).
  * Exit codes: 0 accepted (and finished, with --wait), 1 refused or failed
  * (the master's error is printed), 2 usage error. */
-#include <gnutls/gnutls.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <jansson.h>
@@ -23,6 +22,7 @@
 #include "dpp/admin/endpoint.h"
 #include "dpp/master/state/admin_limits.h"
 #include "http.h"
+#include "netlib/netlib_gnutls.h"
 
 typedef struct submit_args {
     const char *job, *sharding;
@@ -78,13 +78,14 @@ static const char *jstr(const json_t *o, const char *key)
 }
 
 /* A binary resume token as a JSON string of its base64 (RFC 4648, with
- * padding; GnuTLS encodes). @return NULL when out of memory. */
-static json_t *base64_json(const unsigned char *in, size_t n)
+ * padding; GnuTLS encodes, loaded by the caller). @return NULL when out
+ * of memory. */
+static json_t *base64_json(const sl_netlib_gnutls_t *gnutls, const unsigned char *in, size_t n)
 {
     gnutls_datum_t raw = {.data = (unsigned char *)in, .size = (unsigned)n}, enc = {0};
-    if (gnutls_base64_encode2(&raw, &enc) != 0) return NULL;
+    if (gnutls->base64_encode2(&raw, &enc) != 0) return NULL;
     json_t *s = json_stringn((const char *)enc.data, enc.size);
-    gnutls_free(enc.data);
+    (*gnutls->free_memory)(enc.data);
     return s;
 }
 
@@ -134,9 +135,15 @@ static json_t *token_json(body_size_t *b, const char *path, uint64_t sep)
         fprintf(stderr, "sluice %s: %s\n", b->cmd, err.msg);
         return NULL;
     }
+    const sl_netlib_gnutls_t *gnutls = sl_netlib_gnutls(&err);
+    if (gnutls == NULL) {
+        fprintf(stderr, "sluice %s: resume token %s: %s\n", b->cmd, path, err.msg);
+        sl_free(NULL, buf, n + 1);
+        return NULL;
+    }
     json_t *s = NULL;
     if (body_add_token(b, path, n, sep)) {
-        s = n > 0 ? base64_json((const unsigned char *)buf, n) : NULL;
+        s = n > 0 ? base64_json(gnutls, (const unsigned char *)buf, n) : NULL;
         if (s == NULL)
             fprintf(stderr, "sluice %s: resume token %s: %s\n", b->cmd, path,
                     n > 0 ? "out of memory" : "empty");

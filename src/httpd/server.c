@@ -12,11 +12,18 @@
 #include "common/err.h"
 #include "common/mem.h"
 #include "common/parse.h"
+#include "netlib/netlib.h"
 
 /* Connections past the cap that libmicrohttpd may hold while the ones
  * evicted to make room for them close (they close on the server's next
  * turn): a burst of accepts in one turn, bounded. */
 #define SPARE_CONNECTIONS 64
+
+/* libmicrohttpd's functions: loaded by sl_httpd_start before any call here. */
+static const sl_netlib_mhd_t *libmicrohttpd(void)
+{
+    return sl_netlib_mhd(NULL);
+}
 
 /* One open connection, in the server's list from the least recently active
  * (head) to the most (tail). Touched only on the server's thread. */
@@ -95,7 +102,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         return;
     }
     const union MHD_ConnectionInfo *fd =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        libmicrohttpd()->get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     conn_slot_t *s = sl_calloc(NULL, 1, sizeof *s);
     if (!s) {
         /* no slot to track it by: refuse it rather than lose count */
@@ -120,7 +127,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 static conn_slot_t *slot_of(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        libmicrohttpd()->get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return info ? info->socket_context : NULL;
 }
 
@@ -194,8 +201,12 @@ sl_err_t sl_httpd_start(const sl_httpd_opts_t *opts, sl_httpd_t **out, sl_error_
     const char *address = opts->address ? opts->address : "127.0.0.1:0";
     struct sockaddr_in sa;
     SL_FORWARD_IF_ERROR(parse_address(what, address, &sa, err));
+    if (sl_netlib_mhd(err) == NULL) {
+        sl_error_prefix(err, "%s: ", what);
+        return SL_ERR_UNSUPPORTED;
+    }
     bool tls = opts->tls_cert_pem != NULL;
-    if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+    if (tls && libmicrohttpd()->is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
         return sl_error_set(err, SL_ERR_UNSUPPORTED, "%s: this libmicrohttpd was built without TLS",
                             what);
     /* The server's own state is tiny and lives as long as the daemon: the
@@ -215,7 +226,7 @@ sl_err_t sl_httpd_start(const sl_httpd_opts_t *opts, sl_httpd_t **out, sl_error_
     h->on_completed = opts->on_completed;
     h->completed_ctx = opts->completed_ctx;
     unsigned int timeout_s = opts->timeout_s ? opts->timeout_s : 10;
-    h->daemon = MHD_start_daemon(
+    h->daemon = libmicrohttpd()->start_daemon(
         flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         h, MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, MHD_OPTION_CONNECTION_LIMIT,
@@ -226,7 +237,8 @@ sl_err_t sl_httpd_start(const sl_httpd_opts_t *opts, sl_httpd_t **out, sl_error_
         return sl_error_set(err, SL_ERR_IO, "%s: cannot listen on %s%s", what, address,
                             tls ? " with TLS" : "");
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *info =
+        libmicrohttpd()->get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? info->port : ntohs(sa.sin_port);
     *out = h;
     return SL_OK;
@@ -245,7 +257,7 @@ uint64_t sl_httpd_evicted(const sl_httpd_t *h)
 void sl_httpd_stop(sl_httpd_t *h)
 {
     if (!h) return;
-    MHD_stop_daemon(h->daemon);
+    libmicrohttpd()->stop_daemon(h->daemon);
     sl_free(NULL, h, sizeof *h);
 }
 
@@ -255,15 +267,15 @@ enum MHD_Result sl_httpd_reply(struct MHD_Connection *conn, unsigned int status,
 {
     /* libmicrohttpd copies the body with its own allocator and frees that
      * copy itself. */
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, (void *)(body ? body : ""), MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *resp = libmicrohttpd()->create_response_from_buffer(
+        len, (void *)(body ? body : ""), MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    libmicrohttpd()->add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    libmicrohttpd()->add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    libmicrohttpd()->add_response_header(resp, "Referrer-Policy", "no-referrer");
     for (size_t i = 0; extra && extra[i] && extra[i + 1]; i += 2)
-        MHD_add_response_header(resp, extra[i], extra[i + 1]);
-    enum MHD_Result ret = MHD_queue_response(conn, status, resp);
-    MHD_destroy_response(resp);
+        libmicrohttpd()->add_response_header(resp, extra[i], extra[i + 1]);
+    enum MHD_Result ret = libmicrohttpd()->queue_response(conn, status, resp);
+    libmicrohttpd()->destroy_response(resp);
     return ret;
 }

@@ -8,10 +8,16 @@
 #include <string.h>
 #include <time.h>
 
-#include <librdkafka/rdkafka.h>
-
 #include "common/clock.h"
 #include "kafka/retry.h"
+#include "netlib/netlib_kafka.h"
+
+/* librdkafka's functions: loaded by sl_kafka_consumer_new, where every handle here is made, before
+ * any call here. */
+static const sl_netlib_kafka_t *librdkafka(void)
+{
+    return sl_netlib_kafka(NULL);
+}
 
 /* Messages taken from librdkafka's queue at a time: one look at the clock
  * for all of them, instead of one each (what a message cost in the read
@@ -50,10 +56,10 @@ struct sl_kafka_consumer {
 static void drop_assignment(sl_kafka_consumer_t *c)
 {
     for (uint32_t i = c->stash_at; i < c->stash_n; i++)
-        rd_kafka_message_destroy(c->stash[i]);
+        librdkafka()->message_destroy(c->stash[i]);
     c->stash_at = c->stash_n = 0;
     c->run_bytes = c->run_msgs = 0;
-    if (c->assigned) rd_kafka_assign(c->rk, NULL);
+    if (c->assigned) librdkafka()->assign(c->rk, NULL);
     c->assigned = false;
 }
 
@@ -78,66 +84,72 @@ sl_err_t sl_kafka_consumer_new(const sl_kafka_consumer_opts_t *o, sl_kafka_consu
                                sl_error_t *err)
 {
     *out = NULL;
+    if (sl_netlib_kafka(err) == NULL) {
+        sl_error_prefix(err, "kafka consumer: ");
+        return SL_ERR_UNSUPPORTED;
+    }
     char es[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_t *conf = librdkafka()->conf_new();
     if (!conf) return sl_error_set(err, SL_ERR_NOMEM, "kafka consumer: out of memory");
-    rd_kafka_conf_set_log_cb(conf, quiet_log);
+    librdkafka()->conf_set_log_cb(conf, quiet_log);
     /* A chunk that ends at the log's end is read when the partition's end
      * is reported, after a fetch that found nothing: librdkafka's 500 ms
      * default long poll made every such chunk cost half a second (12.7 s
      * instead of 1.6 s for kafka_worker_test's replay). The job's
      * properties may set it otherwise. */
-    rd_kafka_conf_set(conf, "fetch.wait.max.ms", "100", es, sizeof es);
+    librdkafka()->conf_set(conf, "fetch.wait.max.ms", "100", es, sizeof es);
     /* Nagle held small requests back until the broker's delayed ACK (up
      * to 40 ms on Linux): the producer's is what made the online demo's
      * p99 60 ms (producer.c); a fetch request is as small. */
-    rd_kafka_conf_set(conf, "socket.nagle.disable", "true", es, sizeof es);
+    librdkafka()->conf_set(conf, "socket.nagle.disable", "true", es, sizeof es);
     for (uint32_t i = 0; i < o->num_props; i++) {
         const char *name = o->props[2 * i], *value = o->props[2 * i + 1];
         for (size_t f = 0; f < sizeof forced / sizeof forced[0]; f++)
             if (strcmp(name, forced[f][0]) == 0 || strcmp(name, "group.id") == 0 ||
                 strcmp(name, "bootstrap.servers") == 0) {
-                rd_kafka_conf_destroy(conf);
+                librdkafka()->conf_destroy(conf);
                 return sl_error_set(err, SL_ERR_INVALID,
                                     "kafka consumer: property %s is set by sluice", name);
             }
-        if (rd_kafka_conf_set(conf, name, value, es, sizeof es) != RD_KAFKA_CONF_OK) {
-            rd_kafka_conf_destroy(conf);
+        if (librdkafka()->conf_set(conf, name, value, es, sizeof es) != RD_KAFKA_CONF_OK) {
+            librdkafka()->conf_destroy(conf);
             return sl_error_set(err, SL_ERR_INVALID, "kafka consumer: property %s: %s", name, es);
         }
     }
-    bool ok = rd_kafka_conf_set(conf, "bootstrap.servers", o->brokers, es, sizeof es) ==
+    bool ok = librdkafka()->conf_set(conf, "bootstrap.servers", o->brokers, es, sizeof es) ==
                   RD_KAFKA_CONF_OK &&
-              rd_kafka_conf_set(conf, "group.id", o->group_id ? o->group_id : "sluice", es,
-                                sizeof es) == RD_KAFKA_CONF_OK;
+              librdkafka()->conf_set(conf, "group.id", o->group_id ? o->group_id : "sluice", es,
+                                     sizeof es) == RD_KAFKA_CONF_OK;
     for (size_t f = 0; ok && f < sizeof forced / sizeof forced[0]; f++)
-        ok = rd_kafka_conf_set(conf, forced[f][0], forced[f][1], es, sizeof es) == RD_KAFKA_CONF_OK;
+        ok = librdkafka()->conf_set(conf, forced[f][0], forced[f][1], es, sizeof es) ==
+             RD_KAFKA_CONF_OK;
     if (!ok) {
-        rd_kafka_conf_destroy(conf);
+        librdkafka()->conf_destroy(conf);
         return sl_error_set(err, SL_ERR_INVALID, "kafka consumer: %s", es);
     }
     sl_kafka_consumer_t *c = sl_calloc(o->allocator, 1, sizeof *c);
     if (!c) {
-        rd_kafka_conf_destroy(conf);
+        librdkafka()->conf_destroy(conf);
         return sl_error_set(err, SL_ERR_NOMEM, "kafka consumer: out of memory");
     }
     c->a = o->allocator;
-    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, es, sizeof es); /* owns conf on success */
+    c->rk = librdkafka()->new (RD_KAFKA_CONSUMER, conf, es, sizeof es); /* owns conf on success */
     if (!c->rk) {
-        rd_kafka_conf_destroy(conf);
+        librdkafka()->conf_destroy(conf);
         sl_free(c->a, c, sizeof *c);
         return sl_error_set(err, SL_ERR_INVALID, "kafka consumer: %s", es);
     }
-    rd_kafka_poll_set_consumer(c->rk);
+    librdkafka()->poll_set_consumer(c->rk);
     /* the thresholds as set (the job's properties or ours, or librdkafka's
      * defaults): 0 (unknown) leaves the fetcher alone */
     char v[32];
     size_t vn = sizeof v;
-    if (rd_kafka_conf_get(rd_kafka_conf(c->rk), "queued.max.messages.kbytes", v, &vn) ==
+    if (librdkafka()->conf_get(librdkafka()->conf(c->rk), "queued.max.messages.kbytes", v, &vn) ==
         RD_KAFKA_CONF_OK)
         c->queue_bytes = strtoull(v, NULL, 10) * 1024;
     vn = sizeof v;
-    if (rd_kafka_conf_get(rd_kafka_conf(c->rk), "queued.min.messages", v, &vn) == RD_KAFKA_CONF_OK)
+    if (librdkafka()->conf_get(librdkafka()->conf(c->rk), "queued.min.messages", v, &vn) ==
+        RD_KAFKA_CONF_OK)
         c->queue_msgs = strtoull(v, NULL, 10);
     *out = c;
     return SL_OK;
@@ -147,8 +159,8 @@ void sl_kafka_consumer_destroy(sl_kafka_consumer_t *c)
 {
     if (!c) return;
     drop_assignment(c);
-    rd_kafka_consumer_close(c->rk); /* never subscribed: leaves no group, commits nothing */
-    rd_kafka_destroy(c->rk);
+    librdkafka()->consumer_close(c->rk); /* never subscribed: leaves no group, commits nothing */
+    librdkafka()->destroy(c->rk);
     sl_free(c->a, c, sizeof *c);
 }
 
@@ -165,18 +177,18 @@ static sl_err_t kerr(sl_error_t *err, rd_kafka_resp_err_t e, const char *fmt_wha
                         : SL_ERR_IO;
     if (partition < 0)
         return sl_error_set(err, code, "kafka topic '%s': %s: %s", topic, fmt_what,
-                            rd_kafka_err2str(e));
+                            librdkafka()->err2str(e));
     return sl_error_set(err, code, "kafka topic '%s' partition %d: %s: %s", topic, (int)partition,
-                        fmt_what, rd_kafka_err2str(e));
+                        fmt_what, librdkafka()->err2str(e));
 }
 
 sl_err_t sl_kafka_partitions(sl_kafka_consumer_t *c, const char *topic, int timeout_ms,
                              int32_t *count, sl_error_t *err)
 {
-    rd_kafka_topic_t *t = rd_kafka_topic_new(c->rk, topic, NULL);
-    if (!t) return kerr(err, rd_kafka_last_error(), "metadata", topic, -1);
+    rd_kafka_topic_t *t = librdkafka()->topic_new(c->rk, topic, NULL);
+    if (!t) return kerr(err, librdkafka()->last_error(), "metadata", topic, -1);
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t e = rd_kafka_metadata(c->rk, 0, t, &md, timeout_ms);
+    rd_kafka_resp_err_t e = librdkafka()->metadata(c->rk, 0, t, &md, timeout_ms);
     sl_err_t rc = SL_OK;
     if (e)
         rc = kerr(err, e, "metadata", topic, -1);
@@ -185,8 +197,8 @@ sl_err_t sl_kafka_partitions(sl_kafka_consumer_t *c, const char *topic, int time
                   "metadata", topic, -1);
     else
         *count = md->topics[0].partition_cnt;
-    if (md) rd_kafka_metadata_destroy(md);
-    rd_kafka_topic_destroy(t);
+    if (md) librdkafka()->metadata_destroy(md);
+    librdkafka()->topic_destroy(t);
     return rc;
 }
 
@@ -196,7 +208,7 @@ sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t 
     uint64_t deadline = sl_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     rd_kafka_resp_err_t e;
     do {
-        e = rd_kafka_query_watermark_offsets(c->rk, topic, partition, low, high, timeout_ms);
+        e = librdkafka()->query_watermark_offsets(c->rk, topic, partition, low, high, timeout_ms);
     } while (sl_kafka_leader_moving(e) && sl_kafka_again_before(deadline));
     return e ? kerr(err, e, "watermarks", topic, partition) : SL_OK;
 }
@@ -215,13 +227,13 @@ sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int
     rd_kafka_resp_err_t e;
     int64_t off;
     do {
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_t *l = librdkafka()->topic_partition_list_new(1);
         if (!l) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
-        rd_kafka_topic_partition_list_add(l, topic, partition)->offset = ms;
-        e = rd_kafka_offsets_for_times(c->rk, l, timeout_ms);
+        librdkafka()->topic_partition_list_add(l, topic, partition)->offset = ms;
+        e = librdkafka()->offsets_for_times(c->rk, l, timeout_ms);
         if (!e) e = l->elems[0].err;
         off = l->elems[0].offset;
-        rd_kafka_topic_partition_list_destroy(l);
+        librdkafka()->topic_partition_list_destroy(l);
     } while (sl_kafka_leader_moving(e) && sl_kafka_again_before(deadline));
     if (e) return kerr(err, e, "offset for time", topic, partition);
     *offset = off < 0 ? end : off; /* no record at or after ms: the end */
@@ -232,37 +244,38 @@ sl_err_t sl_kafka_commit_offsets(sl_kafka_consumer_t *c, const sl_kafka_offset_t
                                  uint32_t count, int timeout_ms, sl_error_t *err)
 {
     if (count == 0) return SL_OK;
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)count);
-    rd_kafka_queue_t *q = l ? rd_kafka_queue_new(c->rk) : NULL;
+    rd_kafka_topic_partition_list_t *l = librdkafka()->topic_partition_list_new((int)count);
+    rd_kafka_queue_t *q = l ? librdkafka()->queue_new(c->rk) : NULL;
     if (!l || !q) {
-        if (l) rd_kafka_topic_partition_list_destroy(l);
+        if (l) librdkafka()->topic_partition_list_destroy(l);
         return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
     }
     for (uint32_t i = 0; i < count; i++)
-        rd_kafka_topic_partition_list_add(l, offsets[i].topic, offsets[i].partition)->offset =
+        librdkafka()->topic_partition_list_add(l, offsets[i].topic, offsets[i].partition)->offset =
             offsets[i].offset;
     /* On a queue of its own, so that the wait is bounded (rd_kafka_commit
      * waits for as long as the coordinator takes). */
-    rd_kafka_resp_err_t e = rd_kafka_commit_queue(c->rk, l, q, NULL, NULL);
-    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_resp_err_t e = librdkafka()->commit_queue(c->rk, l, q, NULL, NULL);
+    librdkafka()->topic_partition_list_destroy(l);
     sl_err_t rc = SL_OK;
     if (e) {
         rc = kerr(err, e, "commit", offsets[0].topic, -1);
     } else {
-        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, timeout_ms);
+        rd_kafka_event_t *ev = librdkafka()->queue_poll(q, timeout_ms);
         if (ev == NULL) {
             rc = sl_error_set(err, SL_ERR_TIMEOUT,
                               "kafka: commit of %u offsets: no answer in %d ms", count, timeout_ms);
         } else {
-            e = rd_kafka_event_error(ev);
-            const rd_kafka_topic_partition_list_t *got = rd_kafka_event_topic_partition_list(ev);
+            e = librdkafka()->event_error(ev);
+            const rd_kafka_topic_partition_list_t *got =
+                librdkafka()->event_topic_partition_list(ev);
             for (int i = 0; !e && got != NULL && i < got->cnt; i++)
                 e = got->elems[i].err;
             if (e) rc = kerr(err, e, "commit", offsets[0].topic, -1);
-            rd_kafka_event_destroy(ev);
+            librdkafka()->event_destroy(ev);
         }
     }
-    rd_kafka_queue_destroy(q);
+    librdkafka()->queue_destroy(q);
     return rc;
 }
 
@@ -359,12 +372,12 @@ typedef struct range_read {
  * taken; if not (out of memory, an error) librdkafka's timer fetches. */
 static bool seek_to(range_read_t *rr, int64_t pos)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_t *l = librdkafka()->topic_partition_list_new(1);
     if (!l) return false;
-    rd_kafka_topic_partition_list_add(l, rr->o->topic, rr->o->partition)->offset = pos;
-    rd_kafka_error_t *e = rd_kafka_seek_partitions(rr->c->rk, l, 0); /* 0: asynchronous */
-    if (e) rd_kafka_error_destroy(e);
-    rd_kafka_topic_partition_list_destroy(l);
+    librdkafka()->topic_partition_list_add(l, rr->o->topic, rr->o->partition)->offset = pos;
+    rd_kafka_error_t *e = librdkafka()->seek_partitions(rr->c->rk, l, 0); /* 0: asynchronous */
+    if (e) librdkafka()->error_destroy(e);
+    librdkafka()->topic_partition_list_destroy(l);
     return e == NULL;
 }
 
@@ -376,12 +389,12 @@ static void hold_check(range_read_t *rr, bool resume)
     if (!o->hold) return;
     bool want = !resume && o->hold(o->ctx, rr->paused);
     if (want == rr->paused) return;
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_t *l = librdkafka()->topic_partition_list_new(1);
     if (!l) return; /* out of memory: stays as it is, asked again at the next poll */
-    rd_kafka_topic_partition_list_add(l, o->topic, o->partition);
-    rd_kafka_resp_err_t e =
-        want ? rd_kafka_pause_partitions(rr->c->rk, l) : rd_kafka_resume_partitions(rr->c->rk, l);
-    rd_kafka_topic_partition_list_destroy(l);
+    librdkafka()->topic_partition_list_add(l, o->topic, o->partition);
+    rd_kafka_resp_err_t e = want ? librdkafka()->pause_partitions(rr->c->rk, l)
+                                 : librdkafka()->resume_partitions(rr->c->rk, l);
+    librdkafka()->topic_partition_list_destroy(l);
     /* A resume alone is seen by librdkafka's broker thread at its next
      * timer, up to a second later (wake_fetcher): a seek to the read's
      * position starts the fetch at once. */
@@ -414,18 +427,18 @@ static void record_of(const rd_kafka_message_t *m, sl_kafka_record_t *rec)
     *rec = (sl_kafka_record_t){
         .value = m->payload, .value_len = m->len, .offset = m->offset, .create_ms = -1};
     rd_kafka_timestamp_type_t tt;
-    int64_t ts = rd_kafka_message_timestamp(m, &tt);
+    int64_t ts = librdkafka()->message_timestamp(m, &tt);
     if (tt == RD_KAFKA_TIMESTAMP_CREATE_TIME) rec->create_ms = ts;
     rd_kafka_headers_t *h = NULL;
-    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR || !h) return;
-    /* One pass over the headers: rd_kafka_header_get(name, i) looks for
+    if (librdkafka()->message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR || !h) return;
+    /* One pass over the headers: librdkafka()->header_get(name, i) looks for
      * the i-th of a name from the first header on, a strlen and strcmp of
      * each, twice a record for its one header. */
     const char *name;
     const void *v;
     size_t n;
-    for (size_t i = 0; rd_kafka_header_get_all(h, i, &name, &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR;
-         i++) {
+    for (size_t i = 0;
+         librdkafka()->header_get_all(h, i, &name, &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR; i++) {
         if (strcmp(name, SL_KAFKA_FORMAT_HEADER) != 0) continue;
         if (rec->format_headers++ == 0) {
             rec->format = v ? v : "";
@@ -438,7 +451,7 @@ static void record_of(const rd_kafka_message_t *m, sl_kafka_record_t *rec)
 static void bad_record(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *m, const char *why)
 {
     rd_kafka_headers_t *h = NULL;
-    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR) h = NULL;
+    if (librdkafka()->message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR) h = NULL;
     sl_kafka_bad_record_t r = {.topic = o->topic,
                                .partition = o->partition,
                                .offset = m->offset,
@@ -457,7 +470,7 @@ static bool ours(range_read_t *rr, const rd_kafka_message_t *m)
 {
     if (!m->rkt || m->partition != rr->o->partition) return false;
     if (m->rkt == rr->rkt) return true;
-    if (strcmp(rd_kafka_topic_name(m->rkt), rr->o->topic) != 0) return false;
+    if (strcmp(librdkafka()->topic_name(m->rkt), rr->o->topic) != 0) return false;
     rr->rkt = m->rkt;
     return true;
 }
@@ -481,10 +494,10 @@ static sl_err_t take_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *p
         return sl_error_set(err, SL_ERR_NOT_FOUND,
                             "kafka topic '%s' partition %d: offset %" PRId64
                             " is gone (deleted by retention?): %s",
-                            o->topic, (int)o->partition, *pos, rd_kafka_message_errstr(m));
+                            o->topic, (int)o->partition, *pos, librdkafka()->message_errstr(m));
     if (m->err) {
         char es[256];
-        if (rd_kafka_fatal_error(rr->c->rk, es, sizeof es))
+        if (librdkafka()->fatal_error(rr->c->rk, es, sizeof es))
             return sl_error_set(err, SL_ERR_IO, "kafka topic '%s' partition %d: %s", o->topic,
                                 (int)o->partition, es);
         return SL_OK; /* transient (a broker down, a leader moving): librdkafka retries */
@@ -552,22 +565,22 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         return sl_error_set(err, SL_ERR_INVALID,
                             "kafka topic '%s' partition %d: range [%" PRId64 ", %" PRId64 ")",
                             o->topic, (int)o->partition, o->from, o->to);
-    rd_kafka_queue_t *q = rd_kafka_queue_get_consumer(c->rk);
+    rd_kafka_queue_t *q = librdkafka()->queue_get_consumer(c->rk);
     if (!q) return sl_error_set(err, SL_ERR_INVALID, "kafka: the consumer has no queue");
     bool goes_on = c->assigned && !c->at_end && c->partition == o->partition &&
                    c->next == o->from && strcmp(c->topic, o->topic) == 0;
     if (!goes_on) {
         drop_assignment(c);
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_t *l = librdkafka()->topic_partition_list_new(1);
         if (!l) {
-            rd_kafka_queue_destroy(q);
+            librdkafka()->queue_destroy(q);
             return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
         }
-        rd_kafka_topic_partition_list_add(l, o->topic, o->partition)->offset = o->from;
-        rd_kafka_resp_err_t e = rd_kafka_assign(c->rk, l);
-        rd_kafka_topic_partition_list_destroy(l);
+        librdkafka()->topic_partition_list_add(l, o->topic, o->partition)->offset = o->from;
+        rd_kafka_resp_err_t e = librdkafka()->assign(c->rk, l);
+        librdkafka()->topic_partition_list_destroy(l);
         if (e) {
-            rd_kafka_queue_destroy(q);
+            librdkafka()->queue_destroy(q);
             return kerr(err, e, "assign", o->topic, o->partition);
         }
     }
@@ -603,12 +616,12 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
              * there); what else is queued already comes with it, without
              * waiting: consume_batch waits for its whole array or its
              * timeout, which would hold a slow stream's records back. */
-            ms[0] = rd_kafka_consumer_poll(c->rk, wait > 0 ? wait : 1);
+            ms[0] = librdkafka()->consumer_poll(c->rk, wait > 0 ? wait : 1);
             if (!ms[0]) {
                 wake_fetcher(&rr, pos);
                 continue;
             }
-            got = rd_kafka_consume_batch_queue(q, 0, ms + 1, READ_BATCH - 1);
+            got = librdkafka()->consume_batch_queue(q, 0, ms + 1, READ_BATCH - 1);
             got = got > 0 ? got + 1 : 1;
             for (ssize_t k = 0; k < got; k++)
                 c->run_bytes += ms[k]->len + ms[k]->key_len;
@@ -629,7 +642,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
                 break;
             }
             rc = take_message(&rr, ms[i], &pos, now, err);
-            rd_kafka_message_destroy(ms[i]);
+            librdkafka()->message_destroy(ms[i]);
             /* every 16 messages (and at each poll and stripe): a look
              * is four atomic loads through the callback, 3 % of the
              * reader's CPU a message each; the memory budget bounds
@@ -640,7 +653,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             if (rc == SL_OK)
                 c->stash[c->stash_n++] = ms[i];
             else
-                rd_kafka_message_destroy(ms[i]);
+                librdkafka()->message_destroy(ms[i]);
         if (drained && rc == SL_OK) wake_fetcher(&rr, pos);
     }
     /* o->to, or where yield ended the read */
@@ -664,6 +677,6 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         c->assigned = true; /* so that drop_assignment unassigns */
         drop_assignment(c);
     }
-    rd_kafka_queue_destroy(q);
+    librdkafka()->queue_destroy(q);
     return rc;
 }

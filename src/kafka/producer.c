@@ -3,7 +3,6 @@
  * format header, delivery reports counted, bounded flush. */
 #include "kafka/producer.h"
 
-#include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +12,14 @@
 #include "common/log_events.h"
 #include "kafka/record.h"
 #include "kafka/retry.h"
+#include "netlib/netlib_kafka.h"
+
+/* librdkafka's functions: loaded by sl_kafka_producer_new, where every handle here is made, before
+ * any call here. */
+static const sl_netlib_kafka_t *librdkafka(void)
+{
+    return sl_netlib_kafka(NULL);
+}
 
 struct sl_kafka_producer {
     const sl_allocator_t *a;
@@ -54,7 +61,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         p->stats.delivered++;
         if (p->on_delivered) {
             rd_kafka_timestamp_type_t type;
-            int64_t ts = rd_kafka_message_timestamp(m, &type);
+            int64_t ts = librdkafka()->message_timestamp(m, &type);
             p->on_delivered(p->delivered_ctx, type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? -1 : ts,
                             type == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME);
         }
@@ -69,7 +76,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
                        SL_KV_U64("failed", n)),
                       "topic %s partition %d on %s: a record was not delivered (%llu so far): %s",
                       p->topic, (int)m->partition, p->brokers, (unsigned long long)n,
-                      rd_kafka_err2str(m->err));
+                      librdkafka()->err2str(m->err));
         return;
     }
     if (p->failure.code != SL_OK) return;
@@ -77,7 +84,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         m->key_len == SL_KAFKA_KEY_BYTES ? (unsigned long long)sl_kafka_key_get(m->key) : 0;
     sl_error_set(&p->failure, SL_ERR_IO,
                  "topic %s partition %d on %s: record of session %llu not delivered: %s", p->topic,
-                 (int)m->partition, p->brokers, session, rd_kafka_err2str(m->err));
+                 (int)m->partition, p->brokers, session, librdkafka()->err2str(m->err));
 }
 
 static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
@@ -100,16 +107,16 @@ static void on_error(rd_kafka_t *rk, int code, const char *reason, void *opaque)
     }
     if (p->failure.code != SL_OK) return;
     char why[512];
-    rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk, why, sizeof why);
+    rd_kafka_resp_err_t fatal = librdkafka()->fatal_error(rk, why, sizeof why);
     sl_error_set(&p->failure, SL_ERR_IO, "topic %s on %s: producer failed: %s: %s", p->topic,
-                 p->brokers, rd_kafka_err2name(fatal), why);
+                 p->brokers, librdkafka()->err2name(fatal), why);
 }
 
 /* librdkafka's log lines (syslog levels) to the caller's callback, or as
  * records "kafka_log" of common/log.h. */
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
-    sl_kafka_producer_t *p = rd_kafka_opaque(rk);
+    sl_kafka_producer_t *p = librdkafka()->opaque(rk);
     if (p != NULL && p->on_log != NULL) {
         p->on_log(p->log_ctx, level, fac, buf);
         return;
@@ -127,7 +134,7 @@ static sl_err_t conf_set(rd_kafka_conf_t *conf, const char *name, const char *va
                          const char *where, sl_error_t *err)
 {
     char why[512];
-    if (rd_kafka_conf_set(conf, name, value, why, sizeof why) != RD_KAFKA_CONF_OK)
+    if (librdkafka()->conf_set(conf, name, value, why, sizeof why) != RD_KAFKA_CONF_OK)
         return sl_error_set(err, SL_ERR_INVALID, "%s%s=%s: %s", where, name, value, why);
     return SL_OK;
 }
@@ -140,7 +147,7 @@ static rd_kafka_conf_t *make_conf(sl_kafka_producer_t *p, const sl_kafka_produce
         {"compression.level", "1"},        {"socket.nagle.disable", "true"},
         {"partitioner", "murmur2_random"}, {"allow.auto.create.topics", "false"},
     };
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_t *conf = librdkafka()->conf_new();
     if (conf_set(conf, "bootstrap.servers", o->brokers, "", err) != SL_OK) goto fail;
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (conf_set(conf, defaults[i][0], defaults[i][1], "", err) != SL_OK) goto fail;
@@ -156,14 +163,14 @@ static rd_kafka_conf_t *make_conf(sl_kafka_producer_t *p, const sl_kafka_produce
         snprintf(where, sizeof where, "property %u ", i + 1);
         if (conf_set(conf, name, eq + 1, where, err) != SL_OK) goto fail;
     }
-    rd_kafka_conf_set_opaque(conf, p);
-    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-    rd_kafka_conf_set_error_cb(conf, on_error);
-    rd_kafka_conf_set_log_cb(conf, on_log);
-    if (o->on_stats) rd_kafka_conf_set_stats_cb(conf, on_stats);
+    librdkafka()->conf_set_opaque(conf, p);
+    librdkafka()->conf_set_dr_msg_cb(conf, on_delivery);
+    librdkafka()->conf_set_error_cb(conf, on_error);
+    librdkafka()->conf_set_log_cb(conf, on_log);
+    if (o->on_stats) librdkafka()->conf_set_stats_cb(conf, on_stats);
     return conf;
 fail:
-    rd_kafka_conf_destroy(conf);
+    librdkafka()->conf_destroy(conf);
     return NULL;
 }
 
@@ -175,11 +182,11 @@ static sl_err_t topic_partitions(sl_kafka_producer_t *p, double timeout_s, uint3
                                  sl_error_t *err)
 {
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t e = rd_kafka_metadata(p->rk, 1, NULL, &md, ms_of(timeout_s));
+    rd_kafka_resp_err_t e = librdkafka()->metadata(p->rk, 1, NULL, &md, ms_of(timeout_s));
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
         return sl_error_set(err, e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ERR_TIMEOUT : SL_ERR_IO,
                             "brokers %s: no metadata within %.0f s: %s", p->brokers, timeout_s,
-                            rd_kafka_err2str(e));
+                            librdkafka()->err2str(e));
     *partitions = 0;
     sl_err_t rc = SL_OK;
     for (int i = 0; i < md->topic_cnt; i++) {
@@ -190,9 +197,9 @@ static sl_err_t topic_partitions(sl_kafka_producer_t *p, double timeout_s, uint3
         else if (t->err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART &&
                  t->err != RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)
             rc = sl_error_set(err, SL_ERR_IO, "topic %s on %s: %s", p->topic, p->brokers,
-                              rd_kafka_err2str(t->err));
+                              librdkafka()->err2str(t->err));
     }
-    rd_kafka_metadata_destroy(md);
+    librdkafka()->metadata_destroy(md);
     return rc;
 }
 
@@ -215,7 +222,8 @@ static sl_err_t await_writable(sl_kafka_producer_t *p, uint32_t partitions, doub
         rd_kafka_resp_err_t e;
         do {
             int64_t low = 0, high = 0;
-            e = rd_kafka_query_watermark_offsets(p->rk, p->topic, (int32_t)part, &low, &high, 1000);
+            e = librdkafka()->query_watermark_offsets(p->rk, p->topic, (int32_t)part, &low, &high,
+                                                      1000);
         } while ((sl_kafka_leader_moving(e) || e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
                   e == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION || e == RD_KAFKA_RESP_ERR__TIMED_OUT) &&
                  sl_kafka_again_before(deadline_ms));
@@ -223,7 +231,7 @@ static sl_err_t await_writable(sl_kafka_producer_t *p, uint32_t partitions, doub
             return sl_error_set(err, e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ERR_TIMEOUT : SL_ERR_IO,
                                 "topic %s partition %u on %s: created, but not writable within "
                                 "%.0f s: %s",
-                                p->topic, part, p->brokers, p->timeout_s, rd_kafka_err2str(e));
+                                p->topic, part, p->brokers, p->timeout_s, librdkafka()->err2str(e));
     }
     return SL_OK;
 }
@@ -235,44 +243,45 @@ static sl_err_t create_topic(sl_kafka_producer_t *p, uint32_t partitions, uint32
 {
     char why[512];
     int timeout_ms = ms_of(p->timeout_s);
-    rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(
+    rd_kafka_NewTopic_t *nt = librdkafka()->NewTopic_new(
         p->topic, (int)partitions, replication > 0 ? (int)replication : -1, why, sizeof why);
     if (nt == NULL)
         return sl_error_set(err, SL_ERR_INVALID, "topic %s with %u partitions: %s", p->topic,
                             partitions, why);
-    rd_kafka_queue_t *q = rd_kafka_queue_new(p->rk);
-    rd_kafka_AdminOptions_t *ao = rd_kafka_AdminOptions_new(p->rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
-    rd_kafka_AdminOptions_set_operation_timeout(ao, timeout_ms, why, sizeof why);
-    rd_kafka_AdminOptions_set_request_timeout(ao, timeout_ms, why, sizeof why);
-    rd_kafka_CreateTopics(p->rk, &nt, 1, ao, q);
-    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, timeout_ms + 1000);
+    rd_kafka_queue_t *q = librdkafka()->queue_new(p->rk);
+    rd_kafka_AdminOptions_t *ao =
+        librdkafka()->AdminOptions_new(p->rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+    librdkafka()->AdminOptions_set_operation_timeout(ao, timeout_ms, why, sizeof why);
+    librdkafka()->AdminOptions_set_request_timeout(ao, timeout_ms, why, sizeof why);
+    librdkafka()->CreateTopics(p->rk, &nt, 1, ao, q);
+    rd_kafka_event_t *ev = librdkafka()->queue_poll(q, timeout_ms + 1000);
     sl_err_t rc = SL_OK;
     if (ev == NULL) {
         rc = sl_error_set(err, SL_ERR_TIMEOUT, "create topic %s on %s: no answer within %.0f s",
                           p->topic, p->brokers, p->timeout_s);
-    } else if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    } else if (librdkafka()->event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
         rc = sl_error_set(err, SL_ERR_IO, "create topic %s on %s: %s", p->topic, p->brokers,
-                          rd_kafka_event_error_string(ev));
+                          librdkafka()->event_error_string(ev));
     } else {
         size_t n = 0;
-        const rd_kafka_topic_result_t **res =
-            rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+        const rd_kafka_topic_result_t **res = librdkafka()->CreateTopics_result_topics(
+            librdkafka()->event_CreateTopics_result(ev), &n);
         rd_kafka_resp_err_t e =
-            n == 1 ? rd_kafka_topic_result_error(res[0]) : RD_KAFKA_RESP_ERR__BAD_MSG;
+            n == 1 ? librdkafka()->topic_result_error(res[0]) : RD_KAFKA_RESP_ERR__BAD_MSG;
         /* Another producer may have created it meanwhile: then it is there. */
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
             p->stats.created = true;
         else if (e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
             rc = sl_error_set(err, SL_ERR_IO, "create topic %s with %u partitions on %s: %s",
                               p->topic, partitions, p->brokers,
-                              n == 1 && rd_kafka_topic_result_error_string(res[0]) != NULL
-                                  ? rd_kafka_topic_result_error_string(res[0])
-                                  : rd_kafka_err2str(e));
+                              n == 1 && librdkafka()->topic_result_error_string(res[0]) != NULL
+                                  ? librdkafka()->topic_result_error_string(res[0])
+                                  : librdkafka()->err2str(e));
     }
-    rd_kafka_event_destroy(ev);
-    rd_kafka_AdminOptions_destroy(ao);
-    rd_kafka_queue_destroy(q);
-    rd_kafka_NewTopic_destroy(nt);
+    librdkafka()->event_destroy(ev);
+    librdkafka()->AdminOptions_destroy(ao);
+    librdkafka()->queue_destroy(q);
+    librdkafka()->NewTopic_destroy(nt);
     if (rc != SL_OK) return rc;
     double deadline = sl_clock_s() + p->timeout_s;
     for (;;) {
@@ -286,7 +295,7 @@ static sl_err_t create_topic(sl_kafka_producer_t *p, uint32_t partitions, uint32
             return sl_error_set(err, SL_ERR_TIMEOUT,
                                 "topic %s on %s: created, but not in the metadata within %.0f s",
                                 p->topic, p->brokers, p->timeout_s);
-        rd_kafka_poll(p->rk, 100);
+        librdkafka()->poll(p->rk, 100);
     }
 }
 
@@ -296,6 +305,7 @@ sl_err_t sl_kafka_producer_new(const sl_kafka_producer_opts_t *o, sl_kafka_produ
     *out = NULL;
     if (o->brokers == NULL || o->brokers[0] == '\0')
         return sl_error_set(err, SL_ERR_INVALID, "no brokers given");
+    if (sl_netlib_kafka(err) == NULL) return SL_ERR_UNSUPPORTED;
     if (o->topic == NULL || o->topic[0] == '\0' || strlen(o->topic) > 249)
         return sl_error_set(err, SL_ERR_INVALID, "topic '%s': a name of 1 to 249 characters",
                             o->topic != NULL ? o->topic : "");
@@ -319,9 +329,9 @@ sl_err_t sl_kafka_producer_new(const sl_kafka_producer_opts_t *o, sl_kafka_produ
         return err != NULL ? err->code : SL_ERR_INVALID;
     }
     char why[512];
-    p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
+    p->rk = librdkafka()->new (RD_KAFKA_PRODUCER, conf, why, sizeof why);
     if (p->rk == NULL) {
-        rd_kafka_conf_destroy(conf);
+        librdkafka()->conf_destroy(conf);
         sl_free(p->a, p, sizeof *p);
         return sl_error_set(err, SL_ERR_INVALID, "kafka producer for %s: %s", o->brokers, why);
     }
@@ -356,11 +366,11 @@ sl_err_t sl_kafka_producer_send(sl_kafka_producer_t *p, uint64_t session_id, con
     for (;;) {
         rd_kafka_resp_err_t e =
             p->no_format_header
-                ? rd_kafka_producev(p->rk, RD_KAFKA_V_TOPIC(p->topic),
-                                    RD_KAFKA_V_KEY(key, sizeof key),
-                                    RD_KAFKA_V_VALUE((void *)value, len),
-                                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)
-                : rd_kafka_producev(
+                ? librdkafka()->producev(p->rk, RD_KAFKA_V_TOPIC(p->topic),
+                                         RD_KAFKA_V_KEY(key, sizeof key),
+                                         RD_KAFKA_V_VALUE((void *)value, len),
+                                         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)
+                : librdkafka()->producev(
                       p->rk, RD_KAFKA_V_TOPIC(p->topic), RD_KAFKA_V_KEY(key, sizeof key),
                       RD_KAFKA_V_VALUE((void *)value, len),
                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -371,7 +381,7 @@ sl_err_t sl_kafka_producer_send(sl_kafka_producer_t *p, uint64_t session_id, con
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
             return sl_error_set(err, SL_ERR_IO, "topic %s on %s: record of session %llu: %s",
                                 p->topic, p->brokers, (unsigned long long)session_id,
-                                rd_kafka_err2str(e));
+                                librdkafka()->err2str(e));
         /* The local queue is full: serve delivery reports until it has
          * room, for at most the timeout. */
         if (deadline == 0) deadline = sl_clock_s() + p->timeout_s;
@@ -379,13 +389,13 @@ sl_err_t sl_kafka_producer_send(sl_kafka_producer_t *p, uint64_t session_id, con
             return sl_error_set(err, SL_ERR_TIMEOUT,
                                 "topic %s on %s: the local queue stayed full for %.0f s (%d "
                                 "records waiting for the brokers)",
-                                p->topic, p->brokers, p->timeout_s, rd_kafka_outq_len(p->rk));
-        rd_kafka_poll(p->rk, 50);
+                                p->topic, p->brokers, p->timeout_s, librdkafka()->outq_len(p->rk));
+        librdkafka()->poll(p->rk, 50);
         if (p->failure.code != SL_OK) return failed(p, err);
     }
     p->stats.sent++;
     p->stats.bytes += sizeof key + len;
-    rd_kafka_poll(p->rk, 0);
+    librdkafka()->poll(p->rk, 0);
     return SL_OK;
 }
 
@@ -395,33 +405,33 @@ sl_err_t sl_kafka_producer_send_copy(sl_kafka_producer_t *p, const void *key, si
 {
     if (p->failure.code != SL_OK) return failed(p, err);
     rd_kafka_headers_t *h =
-        headers ? rd_kafka_headers_copy(headers) : rd_kafka_headers_new(num_extra);
+        headers ? librdkafka()->headers_copy(headers) : librdkafka()->headers_new(num_extra);
     if (h == NULL) return sl_error_set(err, SL_ERR_NOMEM, "topic %s: out of memory", p->topic);
     for (uint32_t i = 0; i < num_extra; i++)
-        rd_kafka_header_add(h, extra[2 * i], -1, extra[2 * i + 1], -1);
+        librdkafka()->header_add(h, extra[2 * i], -1, extra[2 * i + 1], -1);
     /* the headers are the record's once produced; freed here otherwise */
-    rd_kafka_resp_err_t e = rd_kafka_producev(
+    rd_kafka_resp_err_t e = librdkafka()->producev(
         p->rk, RD_KAFKA_V_TOPIC(p->topic), RD_KAFKA_V_KEY((void *)key, key ? key_len : 0),
         RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        rd_kafka_headers_destroy(h);
-        rd_kafka_poll(p->rk, 0);
+        librdkafka()->headers_destroy(h);
+        librdkafka()->poll(p->rk, 0);
         return sl_error_set(err, e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? SL_ERR_TIMEOUT : SL_ERR_IO,
                             "topic %s on %s: %s", p->topic, p->brokers,
                             e == RD_KAFKA_RESP_ERR__QUEUE_FULL
                                 ? "the local queue is full (the brokers are not taking records)"
-                                : rd_kafka_err2str(e));
+                                : librdkafka()->err2str(e));
     }
     p->stats.sent++;
     p->stats.bytes += (key ? key_len : 0) + len;
-    rd_kafka_poll(p->rk, 0);
+    librdkafka()->poll(p->rk, 0);
     return SL_OK;
 }
 
 void sl_kafka_producer_poll(sl_kafka_producer_t *p, int timeout_ms)
 {
-    rd_kafka_poll(p->rk, timeout_ms);
+    librdkafka()->poll(p->rk, timeout_ms);
 }
 
 void sl_kafka_producer_pace(sl_kafka_producer_t *p, double until_s)
@@ -433,13 +443,13 @@ void sl_kafka_producer_pace(sl_kafka_producer_t *p, double until_s)
     for (;;) {
         double left = until_s - sl_clock_s();
         if (left < SL_KAFKA_PACE_TICK_S) return;
-        rd_kafka_poll(p->rk, left > 0.1 ? 100 : (int)(left * 1000));
+        librdkafka()->poll(p->rk, left > 0.1 ? 100 : (int)(left * 1000));
     }
 }
 
 sl_err_t sl_kafka_producer_flush(sl_kafka_producer_t *p, double timeout_s, sl_error_t *err)
 {
-    rd_kafka_resp_err_t e = rd_kafka_flush(p->rk, ms_of(timeout_s));
+    rd_kafka_resp_err_t e = librdkafka()->flush(p->rk, ms_of(timeout_s));
     /* A failure explains a timeout better than the count does. */
     if (p->failure.code != SL_OK) return failed(p, err);
     if (e == RD_KAFKA_RESP_ERR__TIMED_OUT)
@@ -450,7 +460,7 @@ sl_err_t sl_kafka_producer_flush(sl_kafka_producer_t *p, double timeout_s, sl_er
                             (unsigned long long)p->stats.sent, timeout_s);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
         return sl_error_set(err, SL_ERR_IO, "topic %s on %s: flush: %s", p->topic, p->brokers,
-                            rd_kafka_err2str(e));
+                            librdkafka()->err2str(e));
     return SL_OK;
 }
 
@@ -470,9 +480,9 @@ void sl_kafka_producer_destroy(sl_kafka_producer_t *p)
     if (p->rk != NULL) {
         /* Without the purge, destroy would wait for records a dead broker
          * never takes. */
-        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(p->rk, 0);
-        rd_kafka_destroy(p->rk);
+        librdkafka()->purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        librdkafka()->poll(p->rk, 0);
+        librdkafka()->destroy(p->rk);
     }
     sl_free(p->a, p, sizeof *p);
 }

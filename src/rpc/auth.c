@@ -5,13 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <gnutls/crypto.h>
-#include <gnutls/gnutls.h>
+#include <sys/random.h>
 
 #include "common/err.h"
 #include "common/fileio.h"
 #include "common/mem.h"
+#include "netlib/netlib_gnutls.h"
 
 /* Handshake frames are small and never carry a payload. */
 static const sl_rpc_limits_t handshake_limits = {.max_message_bytes = 64u << 10,
@@ -68,14 +67,17 @@ static sl_err_t proof(const char *secret, const char *role,
     n += SL_RPC_AUTH_NONCE_BYTES;
     memcpy(msg + n, client_nonce, SL_RPC_AUTH_NONCE_BYTES);
     n += SL_RPC_AUTH_NONCE_BYTES;
-    if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, secret, strlen(secret), msg, n, out) < 0)
+    const sl_netlib_gnutls_t *gnutls = sl_netlib_gnutls(err);
+    if (gnutls == NULL) return SL_ERR_UNSUPPORTED;
+    if (gnutls->hmac_fast(GNUTLS_MAC_SHA256, secret, strlen(secret), msg, n, out) < 0)
         return sl_error_set(err, SL_ERR_IO, "authentication: HMAC-SHA256 failed");
     return SL_OK;
 }
 
 static sl_err_t nonce_new(uint8_t nonce[SL_RPC_AUTH_NONCE_BYTES], sl_error_t *err)
 {
-    if (gnutls_rnd(GNUTLS_RND_NONCE, nonce, SL_RPC_AUTH_NONCE_BYTES) < 0)
+    /* the kernel's CSPRNG: up to 256 bytes come whole, uninterrupted */
+    if (getrandom(nonce, SL_RPC_AUTH_NONCE_BYTES, 0) != SL_RPC_AUTH_NONCE_BYTES)
         return sl_error_set(err, SL_ERR_IO, "authentication: no random bytes for a nonce");
     return SL_OK;
 }
@@ -111,7 +113,9 @@ sl_err_t sl_rpc_auth_answer(int fd, const char *secret,
                             r->client_nonce.len, r->proof.len, SL_RPC_AUTH_NONCE_BYTES);
     uint8_t want[SL_RPC_AUTH_PROOF_BYTES], mine[SL_RPC_AUTH_PROOF_BYTES];
     SL_FORWARD_IF_ERROR(proof(secret, "client", nonce, r->client_nonce.data, want, err));
-    bool ok = gnutls_memcmp(want, r->proof.data, SL_RPC_AUTH_PROOF_BYTES) == 0;
+    /* proof() loaded GnuTLS */
+    bool ok = sl_netlib_gnutls(NULL)->memcmp_constant_time(want, r->proof.data,
+                                                           SL_RPC_AUTH_PROOF_BYTES) == 0;
     explicit_bzero(want, sizeof want);
     if (!ok)
         return sl_error_set(err, SL_ERR_PROTOCOL,
@@ -199,7 +203,8 @@ sl_err_t sl_rpc_auth_client(int fd, const char *secret, uint64_t deadline_ms, sl
     const Sluice__Dpp__AuthOk *ok = (const Sluice__Dpp__AuthOk *)f.msg;
     bool good = ok->proof.len == SL_RPC_AUTH_PROOF_BYTES &&
                 proof(secret, "server", server_nonce, client_nonce, want, err) == SL_OK &&
-                gnutls_memcmp(want, ok->proof.data, SL_RPC_AUTH_PROOF_BYTES) == 0;
+                sl_netlib_gnutls(NULL)->memcmp_constant_time(want, ok->proof.data,
+                                                             SL_RPC_AUTH_PROOF_BYTES) == 0;
     sl_rpc_frame_free(&f);
     explicit_bzero(want, sizeof want);
     if (!good) {

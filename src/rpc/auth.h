@@ -13,7 +13,7 @@
  *   Pc = HMAC-SHA256(secret, "sluice-auth-v1" 0x00 "client" 0x00 Ns Nc)
  *   Ps = HMAC-SHA256(secret, "sluice-auth-v1" 0x00 "server" 0x00 Ns Nc)
  *
- * Ns and Nc are 32 random bytes each (gnutls_rnd), fresh for every
+ * Ns and Nc are 32 random bytes each (getrandom), fresh for every
  * connection, so a recorded exchange is worth nothing on another one; the
  * role in each MAC keeps the server's proof from being replayed as a
  * client's. Proofs are compared in constant time. It authenticates the

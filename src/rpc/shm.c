@@ -4,12 +4,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <gnutls/crypto.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -122,7 +122,8 @@ static sl_err_t write_all(int fd, const uint8_t *buf, size_t len, int passfd, ui
 
 sl_err_t sl_rpc_shm_nonce(uint8_t nonce[SL_RPC_SHM_NONCE_BYTES], sl_error_t *err)
 {
-    if (gnutls_rnd(GNUTLS_RND_NONCE, nonce, SL_RPC_SHM_NONCE_BYTES) < 0)
+    /* the kernel's CSPRNG: up to 256 bytes come whole, uninterrupted */
+    if (getrandom(nonce, SL_RPC_SHM_NONCE_BYTES, 0) != SL_RPC_SHM_NONCE_BYTES)
         return sl_error_set(err, SL_ERR_IO, "shared memory: no random bytes for a nonce");
     return SL_OK;
 }
@@ -130,7 +131,7 @@ sl_err_t sl_rpc_shm_nonce(uint8_t nonce[SL_RPC_SHM_NONCE_BYTES], sl_error_t *err
 sl_err_t sl_rpc_shm_listen(char name[SL_RPC_SHM_NAME_MAX], int *fd, sl_error_t *err)
 {
     uint8_t r[8];
-    if (gnutls_rnd(GNUTLS_RND_NONCE, r, sizeof r) < 0)
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
         return sl_error_set(err, SL_ERR_IO, "shared memory: no random bytes for a socket name");
     snprintf(name, SL_RPC_SHM_NAME_MAX, "sluice-shm-%d-%016llx", (int)getpid(),
              (unsigned long long)sl_le_get_u64(r));

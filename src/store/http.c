@@ -4,7 +4,6 @@
  * multi handles (one per concurrent run), the DNS cache in a share handle. */
 #include "http.h"
 
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +13,8 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
+#include "netlib/netlib_curl.h"
+#include "netlib/netlib_xml.h"
 
 #define POOL_MAX 32
 
@@ -49,15 +50,23 @@ static void share_unlock(CURL *e, curl_lock_data d, void *ctx)
     pthread_mutex_unlock(&((sl_store_http_t *)ctx)->locks[d]);
 }
 
+/* libcurl's functions: loaded by sl_store_http_new before any call here. */
+static const sl_netlib_curl_t *libcurl(void)
+{
+    return sl_netlib_curl(NULL);
+}
+
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init(void)
 {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
+    libcurl()->global_init(CURL_GLOBAL_DEFAULT);
 }
 
 sl_err_t sl_store_http_new(const sl_store_opts_t *opts, const char *region, sl_creds_t *creds,
                            sl_store_http_t **out, sl_error_t *err)
 {
+    /* libxml2 too: the answers' XML is read with it (xml.h) */
+    if (sl_netlib_curl(err) == NULL || sl_netlib_xml(err) == NULL) return SL_ERR_UNSUPPORTED;
     pthread_once(&curl_once, curl_init);
     const sl_allocator_t *a = opts->alloc ? opts->alloc : sl_allocator_default();
     sl_store_http_t *h = sl_calloc(a, 1, sizeof *h);
@@ -74,15 +83,15 @@ sl_err_t sl_store_http_new(const sl_store_opts_t *opts, const char *region, sl_c
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&h->locks[i], NULL);
     h->seed = sl_clock_ns() ^ (uint64_t)getpid() << 32;
-    h->share = curl_share_init();
+    h->share = libcurl()->share_init();
     if (h->share == NULL) {
         sl_store_http_destroy(h);
         return sl_error_set(err, SL_ERR_NOMEM, "HTTP client: curl_share_init failed");
     }
-    curl_share_setopt(h->share, CURLSHOPT_LOCKFUNC, share_lock);
-    curl_share_setopt(h->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
-    curl_share_setopt(h->share, CURLSHOPT_USERDATA, h);
-    curl_share_setopt(h->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    libcurl()->share_setopt(h->share, CURLSHOPT_LOCKFUNC, share_lock);
+    libcurl()->share_setopt(h->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    libcurl()->share_setopt(h->share, CURLSHOPT_USERDATA, h);
+    libcurl()->share_setopt(h->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
     *out = h;
     return SL_OK;
 }
@@ -91,9 +100,9 @@ void sl_store_http_destroy(sl_store_http_t *h)
 {
     if (h == NULL) return;
     for (int i = 0; i < h->npool; i++)
-        curl_multi_cleanup(h->pool[i]);
+        libcurl()->multi_cleanup(h->pool[i]);
     pthread_mutex_destroy(&h->pool_mu);
-    if (h->share) curl_share_cleanup(h->share);
+    if (h->share) libcurl()->share_cleanup(h->share);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&h->locks[i]);
     sl_strfree(h->a, h->ca);
@@ -188,7 +197,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ctx)
         size_t len = n - 14 < 63 ? n - 14 : 63;
         memcpy(buf, p + 14, len);
         buf[len] = '\0';
-        time_t t = curl_getdate(buf, NULL);
+        time_t t = libcurl()->getdate(buf, NULL);
         if (t > 0) r->mtime_s = (int64_t)t;
     }
     return n;
@@ -225,7 +234,7 @@ static size_t on_resp(char *p, size_t size, size_t nmemb, void *ctx)
     sl_store_req_t *r = bc->r;
     size_t n = size * nmemb;
     long status = 0;
-    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+    libcurl()->easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
     /* A 200 to a ranged GET is the whole object from byte 0: right only
      * when the range starts there (more than asked then fails the write). */
     if (r->ranged && status == 200 && r->offset != 0) return 0;
@@ -238,11 +247,11 @@ static size_t on_resp(char *p, size_t size, size_t nmemb, void *ctx)
 static sl_err_t start(run_t *run, sl_store_req_t *r)
 {
     sl_store_http_t *h = run->h;
-    CURL *e = curl_easy_init();
+    CURL *e = libcurl()->easy_init();
     if (e == NULL) return sl_error_set(&r->err, SL_ERR_NOMEM, "%s: curl_easy_init failed", r->what);
     body_ctx_t *bc = sl_calloc(h->a, 1, sizeof *bc);
     if (bc == NULL) {
-        curl_easy_cleanup(e);
+        libcurl()->easy_cleanup(e);
         return sl_error_set(&r->err, SL_ERR_NOMEM, "%s: out of memory", r->what);
     }
     bc->r = r;
@@ -257,22 +266,22 @@ static sl_err_t start(run_t *run, sl_store_req_t *r)
     struct curl_slist *hl = NULL;
     char line[256];
     for (int i = 0; i < 4 && r->headers[i]; i++)
-        hl = curl_slist_append(hl, r->headers[i]);
+        hl = libcurl()->slist_append(hl, r->headers[i]);
     if (r->ranged) {
         snprintf(line, sizeof line, "Range: bytes=%llu-%llu", (unsigned long long)r->offset,
                  (unsigned long long)(r->offset + r->len - 1));
-        hl = curl_slist_append(hl, line);
+        hl = libcurl()->slist_append(hl, line);
     }
     if (r->if_match) {
         snprintf(line, sizeof line, "If-Match: %s", r->if_match);
-        hl = curl_slist_append(hl, line);
+        hl = libcurl()->slist_append(hl, line);
     }
     sl_creds_value_t cv;
     if (r->sign) {
         sl_err_t rc = sl_creds_get(h->creds, &cv, &r->err);
         if (rc != SL_OK) {
-            curl_slist_free_all(hl);
-            curl_easy_cleanup(e);
+            libcurl()->slist_free_all(hl);
+            libcurl()->easy_cleanup(e);
             sl_free(h->a, bc, sizeof *bc);
             r->easy = NULL;
             return rc;
@@ -282,49 +291,50 @@ static sl_err_t start(run_t *run, sl_store_req_t *r)
                  r->body_sha256[0]
                      ? r->body_sha256
                      : "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-        hl = curl_slist_append(hl, line);
+        hl = libcurl()->slist_append(hl, line);
         if (cv.token[0]) {
             char *t = sl_strfmt(h->a, "x-amz-security-token: %s", cv.token);
             if (t) {
-                hl = curl_slist_append(hl, t);
+                hl = libcurl()->slist_append(hl, t);
                 memset(t, 0, strlen(t));
                 sl_strfree(h->a, t);
             }
         }
-        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, h->sigv4);
-        curl_easy_setopt(e, CURLOPT_USERNAME, cv.key_id);
-        curl_easy_setopt(e, CURLOPT_PASSWORD, cv.secret);
+        libcurl()->easy_setopt(e, CURLOPT_AWS_SIGV4, h->sigv4);
+        libcurl()->easy_setopt(e, CURLOPT_USERNAME, cv.key_id);
+        libcurl()->easy_setopt(e, CURLOPT_PASSWORD, cv.secret);
         sl_creds_wipe(&cv);
     }
     r->slist = hl;
-    curl_easy_setopt(e, CURLOPT_URL, r->url);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(e, CURLOPT_SHARE, h->share);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, bc);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)h->opts.connect_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)h->opts.request_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_resp);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, bc);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-    if (h->ca) curl_easy_setopt(e, CURLOPT_CAINFO, h->ca);
+    libcurl()->easy_setopt(e, CURLOPT_URL, r->url);
+    libcurl()->easy_setopt(e, CURLOPT_HTTPHEADER, hl);
+    libcurl()->easy_setopt(e, CURLOPT_SHARE, h->share);
+    libcurl()->easy_setopt(e, CURLOPT_PRIVATE, bc);
+    libcurl()->easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    libcurl()->easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)h->opts.connect_timeout_ms);
+    libcurl()->easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)h->opts.request_timeout_ms);
+    libcurl()->easy_setopt(e, CURLOPT_WRITEFUNCTION, on_resp);
+    libcurl()->easy_setopt(e, CURLOPT_WRITEDATA, bc);
+    libcurl()->easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    libcurl()->easy_setopt(e, CURLOPT_HEADERDATA, r);
+    if (h->ca) libcurl()->easy_setopt(e, CURLOPT_CAINFO, h->ca);
     /* Large ranges: fewer, larger reads and callbacks than the 16 KiB default. */
-    if (r->ranged && r->len >= (1u << 20)) curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L << 10);
+    if (r->ranged && r->len >= (1u << 20))
+        libcurl()->easy_setopt(e, CURLOPT_BUFFERSIZE, 512L << 10);
     if (strcmp(r->method, "HEAD") == 0) {
-        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+        libcurl()->easy_setopt(e, CURLOPT_NOBODY, 1L);
     } else if (strcmp(r->method, "PUT") == 0) {
-        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_send);
-        curl_easy_setopt(e, CURLOPT_READDATA, r);
-        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
+        libcurl()->easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        libcurl()->easy_setopt(e, CURLOPT_READFUNCTION, on_send);
+        libcurl()->easy_setopt(e, CURLOPT_READDATA, r);
+        libcurl()->easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
     } else if (strcmp(r->method, "POST") == 0) {
-        curl_easy_setopt(e, CURLOPT_POST, 1L);
-        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_send);
-        curl_easy_setopt(e, CURLOPT_READDATA, r);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+        libcurl()->easy_setopt(e, CURLOPT_POST, 1L);
+        libcurl()->easy_setopt(e, CURLOPT_READFUNCTION, on_send);
+        libcurl()->easy_setopt(e, CURLOPT_READDATA, r);
+        libcurl()->easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
     } else if (strcmp(r->method, "GET") != 0) {
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
+        libcurl()->easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
     }
     r->attempts++;
     if (run->st) {
@@ -332,7 +342,7 @@ static sl_err_t start(run_t *run, sl_store_req_t *r)
         if (r->attempts > 1) atomic_fetch_add(&run->st->retries, 1);
     }
     r->t0_ns = sl_clock_ns();
-    curl_multi_add_handle(run->multi, e);
+    libcurl()->multi_add_handle(run->multi, e);
     r->active = true;
     return SL_OK;
 }
@@ -341,10 +351,10 @@ static void finish_easy(run_t *run, sl_store_req_t *r)
 {
     if (r->easy == NULL) return;
     body_ctx_t *bc = NULL;
-    curl_easy_getinfo(r->easy, CURLINFO_PRIVATE, (char **)&bc);
-    curl_multi_remove_handle(run->multi, r->easy);
-    curl_easy_cleanup(r->easy);
-    curl_slist_free_all(r->slist);
+    libcurl()->easy_getinfo(r->easy, CURLINFO_PRIVATE, (char **)&bc);
+    libcurl()->multi_remove_handle(run->multi, r->easy);
+    libcurl()->easy_cleanup(r->easy);
+    libcurl()->slist_free_all(r->slist);
     sl_free(run->h->a, bc, sizeof *bc);
     r->easy = NULL;
     r->slist = NULL;
@@ -384,7 +394,7 @@ static bool judge(sl_store_req_t *r, CURLcode cc)
         }
         r->result =
             sl_error_set(&r->err, cc == CURLE_OPERATION_TIMEDOUT ? SL_ERR_TIMEOUT : SL_ERR_IO,
-                         "%s: %s%s: %s", r->what, r->method, rw, curl_easy_strerror(cc));
+                         "%s: %s%s: %s", r->what, r->method, rw, libcurl()->easy_strerror(cc));
         return retry;
     }
     if (r->status / 100 == 2) {
@@ -450,8 +460,9 @@ static CURLM *multi_take(sl_store_http_t *h)
     pthread_mutex_lock(&h->pool_mu);
     CURLM *m = h->npool > 0 ? h->pool[--h->npool] : NULL;
     pthread_mutex_unlock(&h->pool_mu);
-    if (m == NULL && (m = curl_multi_init()) != NULL) /* Idle connections kept for the next run. */
-        curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)h->opts.max_connections);
+    if (m == NULL &&
+        (m = libcurl()->multi_init()) != NULL) /* Idle connections kept for the next run. */
+        libcurl()->multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)h->opts.max_connections);
     return m;
 }
 
@@ -463,7 +474,7 @@ static void multi_give(sl_store_http_t *h, CURLM *m)
         m = NULL;
     }
     pthread_mutex_unlock(&h->pool_mu);
-    if (m) curl_multi_cleanup(m);
+    if (m) libcurl()->multi_cleanup(m);
 }
 
 sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **reqs, size_t n,
@@ -477,7 +488,7 @@ sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **
         return SL_ERR_NOMEM;
     }
     if (max_conns == 0) max_conns = 1;
-    curl_multi_setopt(run.multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)max_conns);
+    libcurl()->multi_setopt(run.multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)max_conns);
     for (size_t i = 0; i < n; i++) {
         reqs[i]->attempts = 0;
         reqs[i]->not_before_ms = 0;
@@ -517,20 +528,20 @@ sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **
             continue;
         }
         int running = 0;
-        curl_multi_perform(run.multi, &running);
+        libcurl()->multi_perform(run.multi, &running);
         CURLMsg *m;
         int left;
         bool ended = false; /* a transfer ended: start the next before waiting */
-        while ((m = curl_multi_info_read(run.multi, &left)) != NULL) {
+        while ((m = libcurl()->multi_info_read(run.multi, &left)) != NULL) {
             if (m->msg != CURLMSG_DONE) continue;
             ended = true;
             body_ctx_t *bc = NULL;
-            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&bc);
+            libcurl()->easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&bc);
             sl_store_req_t *r = bc->r;
             CURLcode cc = m->data.result;
-            curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->status);
+            libcurl()->easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->status);
             curl_off_t cl = -1;
-            curl_easy_getinfo(r->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+            libcurl()->easy_getinfo(r->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
             r->content_length = cl >= 0 ? (uint64_t)cl : 0;
             finish_easy(&run, r);
             active--;
@@ -559,7 +570,7 @@ sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **
         }
         if (done < n && active > 0 && !ended) {
             long ms = (long)(wake > now ? wake - now : 1);
-            curl_multi_poll(run.multi, NULL, 0, (int)(ms > 100 ? 100 : ms), NULL);
+            libcurl()->multi_poll(run.multi, NULL, 0, (int)(ms > 100 ? 100 : ms), NULL);
         }
     }
     multi_give(h, run.multi);

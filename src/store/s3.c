@@ -4,7 +4,6 @@
  * canonical order (sorted, RFC 3986 encoded, "prefix=dir%2F"), since
  * libcurl 7.88 signs the URL as given. */
 #include <fcntl.h>
-#include <gnutls/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
+#include "netlib/netlib_gnutls.h"
 #include "creds.h"
 #include "http.h"
 #include "store_internal.h"
@@ -208,27 +208,29 @@ out:
 static sl_err_t sha256_hex(const void *data, size_t len, int fd, uint64_t off, char out[65],
                            const char *what, sl_error_t *err)
 {
+    const sl_netlib_gnutls_t *gnutls = sl_netlib_gnutls(err);
+    if (gnutls == NULL) return SL_ERR_UNSUPPORTED;
     gnutls_hash_hd_t hd;
-    if (gnutls_hash_init(&hd, GNUTLS_DIG_SHA256) < 0)
+    if (gnutls->hash_init(&hd, GNUTLS_DIG_SHA256) < 0)
         return sl_error_set(err, SL_ERR_NOMEM, "%s: cannot start SHA-256", what);
     if (data) {
-        gnutls_hash(hd, data, len);
+        gnutls->hash(hd, data, len);
     } else {
         char buf[65536];
         for (uint64_t done = 0; done < len;) {
             size_t want = len - done < sizeof buf ? (size_t)(len - done) : sizeof buf;
             ssize_t got = pread(fd, buf, want, (off_t)(off + done));
             if (got <= 0) {
-                gnutls_hash_deinit(hd, NULL);
+                gnutls->hash_deinit(hd, NULL);
                 return sl_error_set(err, SL_ERR_IO, "%s: the source file ends or fails at %llu",
                                     what, (unsigned long long)(off + done));
             }
-            gnutls_hash(hd, buf, (size_t)got);
+            gnutls->hash(hd, buf, (size_t)got);
             done += (uint64_t)got;
         }
     }
     unsigned char d[32];
-    gnutls_hash_deinit(hd, d);
+    gnutls->hash_deinit(hd, d);
     for (int i = 0; i < 32; i++)
         snprintf(out + 2 * i, 3, "%02x", d[i]);
     return SL_OK;

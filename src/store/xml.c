@@ -1,19 +1,25 @@
 /* S3's XML answers through libxml2 (xml.h). */
 #include "xml.h"
 
-#include <libxml/parser.h>
-#include <libxml/tree.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/mem.h"
 #include "http.h"
+#include "netlib/netlib_xml.h"
+
+/* libxml2's functions: loaded by sl_store_http_new, which every answer
+ * read here came through, before any call here. */
+static const sl_netlib_xml_t *libxml2(void)
+{
+    return sl_netlib_xml(NULL);
+}
 
 static xmlDocPtr parse(const char *body, size_t len)
 {
     if (body == NULL || len == 0 || len > INT32_MAX) return NULL;
-    return xmlReadMemory(body, (int)len, "s3.xml", NULL,
-                         XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    return libxml2()->read_memory(body, (int)len, "s3.xml", NULL,
+                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
 }
 
 /* The first element named name at or below n (depth first). */
@@ -35,12 +41,12 @@ static bool child_text(xmlNodePtr n, const char *name, char *buf, size_t cap)
     xmlNodePtr c = n ? find(n->children, name) : NULL;
     buf[0] = '\0';
     if (c == NULL) return false;
-    xmlChar *t = xmlNodeGetContent(c);
+    xmlChar *t = libxml2()->node_get_content(c);
     if (t == NULL) return false;
     size_t l = strlen((const char *)t);
     bool ok = l < cap;
     if (ok) memcpy(buf, t, l + 1);
-    xmlFree(t);
+    (*libxml2()->free_string)(t);
     return ok;
 }
 
@@ -49,9 +55,9 @@ bool sl_store_xml_text(const char *body, size_t len, const char *name, char *buf
     buf[0] = '\0';
     xmlDocPtr d = parse(body, len);
     if (d == NULL) return false;
-    xmlNodePtr root = xmlDocGetRootElement(d);
+    xmlNodePtr root = libxml2()->doc_get_root_element(d);
     bool ok = root && child_text(root, name, buf, cap);
-    xmlFreeDoc(d);
+    libxml2()->free_doc(d);
     return ok;
 }
 
@@ -62,18 +68,18 @@ void sl_store_xml_error(const char *body, size_t len, char *code, size_t code_ca
     xmlDocPtr d = parse(body, len);
     if (d == NULL) return;
     /* S3 answers <Error>; STS wraps it in <ErrorResponse>. */
-    xmlNodePtr root = find(xmlDocGetRootElement(d), "Error");
+    xmlNodePtr root = find(libxml2()->doc_get_root_element(d), "Error");
     if (root) {
         if (!child_text(root, "Code", code, code_cap)) code[0] = '\0';
         if (!child_text(root, "Message", msg, msg_cap)) {
             /* A long message is cut, not dropped. */
             xmlNodePtr m = find(root->children, "Message");
-            xmlChar *t = m ? xmlNodeGetContent(m) : NULL;
+            xmlChar *t = m ? libxml2()->node_get_content(m) : NULL;
             if (t) snprintf(msg, msg_cap, "%s", (const char *)t);
-            if (t) xmlFree(t);
+            if (t) (*libxml2()->free_string)(t);
         }
     }
-    xmlFreeDoc(d);
+    libxml2()->free_doc(d);
 }
 
 sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what, const sl_allocator_t *a,
@@ -84,9 +90,9 @@ sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what, const
     *next = NULL;
     *keys = 0;
     xmlDocPtr d = parse(body, len);
-    xmlNodePtr root = d ? xmlDocGetRootElement(d) : NULL;
+    xmlNodePtr root = d ? libxml2()->doc_get_root_element(d) : NULL;
     if (root == NULL || strcmp((const char *)root->name, "ListBucketResult") != 0) {
-        if (d) xmlFreeDoc(d);
+        if (d) libxml2()->free_doc(d);
         return sl_error_set(err, SL_ERR_PROTOCOL,
                             "%s: ListObjectsV2 answered with no ListBucketResult (%zu bytes)", what,
                             len);
@@ -101,11 +107,11 @@ sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what, const
             *truncated =
                 child_text(root, "IsTruncated", buf, sizeof buf) && strcmp(buf, "true") == 0;
         } else if (strcmp(name, "NextContinuationToken") == 0) {
-            xmlChar *t = xmlNodeGetContent(n);
+            xmlChar *t = libxml2()->node_get_content(n);
             if (t) {
                 sl_strfree(a, *next);
                 *next = sl_strdup(a, (const char *)t);
-                xmlFree(t);
+                (*libxml2()->free_string)(t);
                 if (*next == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
             }
         } else if (strcmp(name, "Contents") == 0) {
@@ -139,14 +145,14 @@ sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what, const
         sl_strfree(a, *next);
         *next = NULL;
     }
-    xmlFreeDoc(d);
+    libxml2()->free_doc(d);
     return rc;
 }
 
 sl_err_t sl_store_xml_sts(const char *body, size_t len, sl_creds_value_t *out, sl_error_t *err)
 {
     xmlDocPtr d = parse(body, len);
-    xmlNodePtr root = d ? xmlDocGetRootElement(d) : NULL;
+    xmlNodePtr root = d ? libxml2()->doc_get_root_element(d) : NULL;
     xmlNodePtr c = root ? find(root, "Credentials") : NULL;
     char exp[64];
     sl_err_t rc = SL_OK;
@@ -162,6 +168,6 @@ sl_err_t sl_store_xml_sts(const char *body, size_t len, sl_creds_value_t *out, s
     else if ((out->expires_s = sl_creds_parse_time(exp)) < 0)
         rc = sl_error_set(err, SL_ERR_PROTOCOL, "an Expiration of '%s'", exp);
     if (rc != SL_OK) sl_creds_wipe(out);
-    if (d) xmlFreeDoc(d);
+    if (d) libxml2()->free_doc(d);
     return rc;
 }

@@ -15,10 +15,27 @@ test=c_install
 
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install: $(cat "$work/install.log")"
+netlibs="lib/libsluice_curl.so lib/libsluice_xml2.so lib/libsluice_microhttpd.so lib/libsluice_gnutls.so lib/libsluice_rdkafka.so"
 for f in bin/sluice lib/libsluice_trainer.so lib/libsluice_trainer.so.2 include/sluice/trainer.h \
-         lib/pkgconfig/sluice-trainer.pc lib/cmake/sluice/sluice-config.cmake; do
+         lib/pkgconfig/sluice-trainer.pc lib/cmake/sluice/sluice-config.cmake $netlibs; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
+
+# libcurl, libxml2, libmicrohttpd, GnuTLS and librdkafka: not loaded at start, found through
+# lib/libsluice_*.so on first use (docs/DESIGN.md "Libraries loaded
+# on first use"): the installed program reaches libcurl (its
+# message, not a load error) and serves an admin endpoint.
+for f in $netlibs; do
+  if ldd "$prefix/$f" | grep -q 'not found'; then fail "$f: $(ldd "$prefix/$f" | grep 'not found')"; fi
+done
+if LD_TRACE_LOADED_OBJECTS=1 "$prefix/bin/sluice" | grep -E 'libcurl|libxml2|libmicrohttpd|libgnutls|librdkafka'; then
+  fail "the installed program loads a network library at start"
+fi
+jobs=$("$prefix/bin/sluice" jobs list --admin 127.0.0.1:1 2>&1) && fail "jobs list on a closed port succeeded"
+case "$jobs" in
+  *"Couldn't connect"*) ;;
+  *) fail "the installed program's HTTP client: $jobs" ;;
+esac
 [ "$(readlink "$prefix/lib/libsluice_trainer.so")" = libsluice_trainer.so.2 ] || fail "libsluice_trainer.so is not a link to the SONAME"
 soname=$(readelf -d "$prefix/lib/libsluice_trainer.so.2" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = libsluice_trainer.so.2 ] || fail "SONAME is '$soname', expected libsluice_trainer.so.2"
@@ -62,6 +79,17 @@ cat >"$work/job.json" <<JSON
 {"source": {"table": "$work/table"},
  "batch": {"size": 512, "dedup_groups": {"user": ["user_id", "user_hist", "user_cat"]}}}
 JSON
+"$prefix/bin/sluice" worker --job "$work/job.json" --listen 127.0.0.1:0 --admin 127.0.0.1:0 \
+  >"$work/admin.log" 2>&1 &
+pids+=($!)
+for _ in $(seq $((200 * scale))); do
+  grep -q '^admin on ' "$work/admin.log" && break
+  kill -0 "${pids[-1]}" 2>/dev/null || fail "worker with --admin exited: $(cat "$work/admin.log")"
+  sleep 0.1
+done
+grep -q '^admin on ' "$work/admin.log" || fail "worker with --admin: no admin endpoint: $(cat "$work/admin.log")"
+kill "${pids[-1]}"
+
 outputs=()
 for prog in trainer-pkgconfig build/trainer; do
   start_worker "$prefix/bin/sluice" "$work/job.json" "$(basename "$prog")"

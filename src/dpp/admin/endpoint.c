@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 
 #include "common/err.h"
@@ -20,6 +19,8 @@
 #include "common/parse.h"
 #include "dpp/admin/ui.h"
 #include "httpd/server.h"
+#include "netlib/netlib.h"
+#include "netlib/netlib_gnutls.h"
 
 struct sl_admin {
     sl_httpd_t *httpd;
@@ -28,6 +29,13 @@ struct sl_admin {
     char *token;
     char *tls_cert, *tls_key; /* PEM text (owned strings), kept for the server's life */
 };
+
+/* libmicrohttpd's functions: loaded by sl_httpd_start, under which every
+ * call here runs. */
+static const sl_netlib_mhd_t *libmicrohttpd(void)
+{
+    return sl_netlib_mhd(NULL);
+}
 
 /* Per-request state across libmicrohttpd's calls for one request. */
 typedef struct request_state {
@@ -204,7 +212,7 @@ static bool split_path(const char *url, path_segs_t *p)
         char *slash = strchr(at, '/');
         if (slash) *slash = '\0';
         p->seg[p->n] = at;
-        p->len[p->n] = MHD_http_unescape(at);
+        p->len[p->n] = libmicrohttpd()->http_unescape(at);
         p->n++;
         if (!slash) return true;
         at = slash + 1;
@@ -334,15 +342,15 @@ static int admit(sl_admin_t *admin, struct MHD_Connection *conn, const char *url
                                  "routes are disabled");
             return 403;
         }
-        const char *auth =
-            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *auth = libmicrohttpd()->lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                    MHD_HTTP_HEADER_AUTHORIZATION);
         if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !token_equal(auth + 7, admin->token)) {
             sl_admin_reply_error(r, 401, "missing or wrong bearer token");
             return 401;
         }
     }
-    const char *cl =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl = libmicrohttpd()->lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                              MHD_HTTP_HEADER_CONTENT_LENGTH);
     uint64_t declared;
     if (cl && sl_parse_u64(cl, 0, UINT64_MAX, &declared, NULL, NULL) == SL_OK &&
         declared > admin->opts.max_body_bytes) {
@@ -454,17 +462,22 @@ static sl_err_t load_tls(sl_admin_t *a, sl_error_t *err)
     sl_err_t rc = read_pem(a, cf, "TLS certificate", &a->tls_cert, err);
     if (rc == SL_OK) rc = read_pem(a, kf, "TLS key", &a->tls_key, err);
     if (rc != SL_OK) return rc;
+    const sl_netlib_gnutls_t *gnutls = sl_netlib_gnutls(err);
+    if (gnutls == NULL) {
+        sl_error_prefix(err, "admin endpoint: TLS: ");
+        return SL_ERR_UNSUPPORTED;
+    }
     gnutls_certificate_credentials_t cred;
-    if (gnutls_certificate_allocate_credentials(&cred) < 0)
+    if (gnutls->certificate_allocate_credentials(&cred) < 0)
         return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
     gnutls_datum_t c = {(unsigned char *)a->tls_cert, (unsigned int)strlen(a->tls_cert)};
     gnutls_datum_t k = {(unsigned char *)a->tls_key, (unsigned int)strlen(a->tls_key)};
-    int g = gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
-    gnutls_certificate_free_credentials(cred);
+    int g = gnutls->certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
+    gnutls->certificate_free_credentials(cred);
     if (g < 0)
         return sl_error_set(err, SL_ERR_INVALID,
                             "admin endpoint: TLS certificate %s with key %s: %s", cf, kf,
-                            gnutls_strerror(g));
+                            gnutls->strerror(g));
     return SL_OK;
 }
 

@@ -9,12 +9,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <librdkafka/rdkafka.h>
-
 #include "common/mem.h"
 #include "common/parse.h"
 #include "sluice/alloc.h"
 #include "warehouse/warehouse.h"
+#include "netlib/netlib_kafka.h"
+
+/* librdkafka's functions: loaded by the check of the properties before any call here. */
+static const sl_netlib_kafka_t *librdkafka(void)
+{
+    return sl_netlib_kafka(NULL);
+}
 
 /* "host:port[,host:port...]": each host non-empty, each port 1..65535. */
 static void check_brokers(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
@@ -160,11 +165,16 @@ static void parse_props(dpp_parse_t *p, const json_t *v, const char *path, sl_pi
         sl_pipeline_problems_add(p->problems, "%s: %zu properties, more than 1024", path, n);
         return;
     }
+    sl_error_t lerr = {0};
+    if (sl_netlib_kafka(&lerr) == NULL) {
+        sl_pipeline_problems_add(p->problems, "%s: cannot be checked: %s", path, lerr.msg);
+        return;
+    }
     if ((job->kafka.props = sl_calloc(NULL, 2 * n, sizeof(char *))) == NULL) {
         p->nomem = true;
         return;
     }
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_t *conf = librdkafka()->conf_new();
     if (conf == NULL) {
         p->nomem = true;
         return;
@@ -184,15 +194,15 @@ static void parse_props(dpp_parse_t *p, const json_t *v, const char *path, sl_pi
                                      path, name);
         else if (!json_is_string(val))
             sl_pipeline_problems_add(p->problems, "%s.%s: must be a string", path, name);
-        else if (rd_kafka_conf_set(conf, name, json_string_value(val), errstr, sizeof errstr) !=
-                 RD_KAFKA_CONF_OK)
+        else if (librdkafka()->conf_set(conf, name, json_string_value(val), errstr,
+                                        sizeof errstr) != RD_KAFKA_CONF_OK)
             sl_pipeline_problems_add(p->problems, "%s.%s: %s", path, name, errstr);
         job->kafka.props[2 * k] = sl_strdup(NULL, name);
         job->kafka.props[2 * k + 1] =
             sl_strdup(NULL, json_is_string(val) ? json_string_value(val) : "");
         if (!job->kafka.props[2 * k] || !job->kafka.props[2 * k + 1]) p->nomem = true;
     }
-    rd_kafka_conf_destroy(conf);
+    librdkafka()->conf_destroy(conf);
 }
 
 /* ---- its keys in the table ---- */

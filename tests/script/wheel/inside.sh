@@ -73,7 +73,8 @@ timeout $((120 * scale)) sluice demo --rows 20000 >"$work/demo.log" 2>&1 ||
 grep -E 'dedup:|generated' "$work/demo.log"
 
 # maps_check PID WHAT: every shared object PID maps is glibc's (and the
-# compiler runtimes manylinux allows) or the wheel's
+# compiler runtimes manylinux allows) or the wheel's (vendored, or its own
+# sluice/libsluice_*.so)
 allowed='^/(usr/)?lib/x86_64-linux-gnu/(ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libresolv\.so\.2|libgcc_s\.so\.1|libstdc\+\+\.so\.6[.0-9]*|libz\.so\.1[.0-9]*|libnss_[a-z]+\.so\.2)$|^/lib64/ld-linux-x86-64\.so\.2$'
 maps_check() {
   local maps n=0 path real
@@ -82,6 +83,7 @@ maps_check() {
     real=$(readlink -f "$path")
     case "$real" in
       "$libs"/*) n=$((n + 1)) ;;
+      "$site"/sluice/libsluice_*.so) ;; # the wheel's own (what the program loads on first use)
       *) [[ "$real" =~ $allowed ]] || [[ "$path" =~ $allowed ]] || fail "$2 maps $path, neither glibc's nor the wheel's" ;;
     esac
   done
@@ -97,7 +99,8 @@ cat >"$work/job.json" <<JSON
  "batch": {"size": 1024, "epochs": 2, "dedup_groups": {"user": ["user_id", "user_hist", "user_cat"]}}}
 JSON
 : >"$work/worker.log" # there before the loop reads it (the worker's redirect opens it later)
-sluice worker --job "$work/job.json" --listen 127.0.0.1:0 --exit-when-done >"$work/worker.log" 2>&1 &
+sluice worker --job "$work/job.json" --listen 127.0.0.1:0 --admin 127.0.0.1:0 --exit-when-done \
+  >"$work/worker.log" 2>&1 &
 pids+=($!)
 addr=""
 for _ in $(seq $((200 * scale))); do
@@ -110,6 +113,17 @@ done
 [ "$(readlink -f "/proc/${pids[-1]}/exe")" = "$site/sluice/bin/sluice" ] ||
   fail "the worker runs $(readlink -f "/proc/${pids[-1]}/exe"), not the wheel's program"
 maps_check "${pids[-1]}" "sluice worker"
+# libmicrohttpd (--admin) and libcurl are loaded on first use, through
+# sluice/libsluice_*.so (docs/DESIGN.md "Libraries loaded on first use"):
+# the worker's comes from the wheel (maps_check), and the program's HTTP
+# client reaches libcurl (its own message, not a load error)
+grep -q '/libmicrohttpd-[0-9a-f]*\.so' "/proc/${pids[-1]}/maps" ||
+  fail "the worker with --admin maps no libmicrohttpd of the wheel: $(cat "$work/worker.log")"
+jobs=$(sluice jobs list --admin 127.0.0.1:1 2>&1) && fail "sluice jobs list on a closed port succeeded"
+case "$jobs" in
+  *"Couldn't connect"*) echo "wheel: libcurl and libmicrohttpd load from the wheel on first use" ;;
+  *) fail "sluice jobs list: $jobs" ;;
+esac
 
 (cd "$work" && timeout $((180 * scale)) "$venv/bin/python" "$quickstart" "$addr") >"$work/qs.log" 2>&1 ||
   fail "the quick start failed: $(tail -n 30 "$work/qs.log")"

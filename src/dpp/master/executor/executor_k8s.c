@@ -4,7 +4,6 @@
  * sl_master_executor_t; executor.c forwards to them. */
 #include "dpp/master/executor/executor.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -21,12 +20,19 @@
 #include "common/log.h"
 #include "common/log_events.h"
 #include "common/mem.h"
+#include "netlib/netlib_curl.h"
 
 /* The largest answer read from the API server: a Scale or a Status is a
  * few hundred bytes; more is not an answer we understand. */
 #define K8S_MAX_BODY (64u * 1024u)
 /* A service account token is a JWT of a kilobyte or two. */
 #define K8S_MAX_TOKEN (16u * 1024u)
+
+/* libcurl's functions: loaded by the executor's creation before any call here. */
+static const sl_netlib_curl_t *libcurl(void)
+{
+    return sl_netlib_curl(NULL);
+}
 
 typedef struct job_target {
     char job_id[256];
@@ -168,14 +174,15 @@ static void request(k8s_t *ex, int64_t patch, outcome_t *o)
     }
     char auth[K8S_MAX_TOKEN + 32];
     snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-    struct curl_slist *h = curl_slist_append(NULL, auth);
-    struct curl_slist *h2 = h ? curl_slist_append(h, "Accept: application/json") : NULL;
+    struct curl_slist *h = libcurl()->slist_append(NULL, auth);
+    struct curl_slist *h2 = h ? libcurl()->slist_append(h, "Accept: application/json") : NULL;
     struct curl_slist *hs =
-        h2 && patch >= 0 ? curl_slist_append(h2, "Content-Type: application/merge-patch+json") : h2;
+        h2 && patch >= 0 ? libcurl()->slist_append(h2, "Content-Type: application/merge-patch+json")
+                         : h2;
     explicit_bzero(auth, sizeof auth);
     explicit_bzero(token, sizeof token);
     if (hs == NULL) {
-        curl_slist_free_all(h);
+        libcurl()->slist_free_all(h);
         snprintf(o->msg, sizeof o->msg, "%s scale: out of memory", verb);
         return;
     }
@@ -183,36 +190,36 @@ static void request(k8s_t *ex, int64_t patch, outcome_t *o)
     snprintf(patch_body, sizeof patch_body, "{\"spec\":{\"replicas\":%lld}}", (long long)patch);
     char cerr[CURL_ERROR_SIZE] = "";
     CURL *c = ex->curl;
-    curl_easy_reset(c);
-    curl_easy_setopt(c, CURLOPT_URL, ex->scale_url);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https");
-    curl_easy_setopt(c, CURLOPT_CAINFO, ex->ca_path);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hs);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)ex->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)ex->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_write);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, ex);
-    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, progress);
-    curl_easy_setopt(c, CURLOPT_XFERINFODATA, ex);
+    libcurl()->easy_reset(c);
+    libcurl()->easy_setopt(c, CURLOPT_URL, ex->scale_url);
+    libcurl()->easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https");
+    libcurl()->easy_setopt(c, CURLOPT_CAINFO, ex->ca_path);
+    libcurl()->easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    libcurl()->easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    libcurl()->easy_setopt(c, CURLOPT_HTTPHEADER, hs);
+    libcurl()->easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)ex->timeout_ms);
+    libcurl()->easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)ex->timeout_ms);
+    libcurl()->easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    libcurl()->easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+    libcurl()->easy_setopt(c, CURLOPT_WRITEFUNCTION, body_write);
+    libcurl()->easy_setopt(c, CURLOPT_WRITEDATA, ex);
+    libcurl()->easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    libcurl()->easy_setopt(c, CURLOPT_XFERINFOFUNCTION, progress);
+    libcurl()->easy_setopt(c, CURLOPT_XFERINFODATA, ex);
     if (patch >= 0) {
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PATCH");
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, patch_body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(patch_body));
+        libcurl()->easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PATCH");
+        libcurl()->easy_setopt(c, CURLOPT_POSTFIELDS, patch_body);
+        libcurl()->easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(patch_body));
     }
     ex->body_len = 0;
-    CURLcode rc = curl_easy_perform(c);
-    curl_slist_free_all(hs);
+    CURLcode rc = libcurl()->easy_perform(c);
+    libcurl()->slist_free_all(hs);
     if (rc != CURLE_OK) {
         snprintf(o->msg, sizeof o->msg, "%s scale: %s", verb,
-                 cerr[0] ? cerr : curl_easy_strerror(rc));
+                 cerr[0] ? cerr : libcurl()->easy_strerror(rc));
         return;
     }
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o->http);
+    libcurl()->easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o->http);
     if (o->http < 200 || o->http > 299) {
         char m[300];
         answer_message(ex->body, ex->body_len, m, sizeof m);
@@ -405,8 +412,12 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
         k8s_destroy(&ex->base);
         return sl_error_prefix(err, "service account: ");
     }
-    ex->curl_global = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
-    if (!ex->curl_global || (ex->curl = curl_easy_init()) == NULL ||
+    if (sl_netlib_curl(err) == NULL) {
+        k8s_destroy(&ex->base);
+        return SL_ERR_UNSUPPORTED;
+    }
+    ex->curl_global = libcurl()->global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+    if (!ex->curl_global || (ex->curl = libcurl()->easy_init()) == NULL ||
         (ex->body = sl_alloc(a, K8S_MAX_BODY + 1)) == NULL) {
         k8s_destroy(&ex->base);
         return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
@@ -432,8 +443,8 @@ static void k8s_destroy(sl_master_executor_t *base)
         sl_mutex_unlock(&ex->base.mu);
         pthread_join(ex->thread, NULL);
     }
-    if (ex->curl != NULL) curl_easy_cleanup(ex->curl);
-    if (ex->curl_global) curl_global_cleanup(); /* reference-counted by libcurl */
+    if (ex->curl != NULL) libcurl()->easy_cleanup(ex->curl);
+    if (ex->curl_global) libcurl()->global_cleanup(); /* reference-counted by libcurl */
     if (ex->body) sl_free(ex->alloc, ex->body, K8S_MAX_BODY + 1);
     if (ex->jobs) sl_free(ex->alloc, ex->jobs, ex->cap_jobs * sizeof *ex->jobs);
     pthread_cond_destroy(&ex->wake);

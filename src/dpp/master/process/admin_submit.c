@@ -4,13 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <gnutls/gnutls.h>
-
 #include "common/err.h"
 #include "common/mem.h"
 #include "dpp/master/process/admin.h"
 #include "dpp/master/process/admin_submit.h"
 #include "dpp/master/state/admin_limits.h"
+#include "netlib/netlib_gnutls.h"
 
 /* ---- POST /jobs: the body as a submission ------------------------------------------ */
 
@@ -29,21 +28,22 @@ static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint3
 }
 
 /* A token: a base64 string (RFC 4648). @return false when it is not one;
- * on true, free out->data with gnutls_free (GnuTLS allocated it). */
-static bool decode_token(const json_t *t, gnutls_datum_t *out)
+ * on true, free out->data with gnutls->free_memory (GnuTLS allocated it). */
+static bool decode_token(const sl_netlib_gnutls_t *gnutls, const json_t *t, gnutls_datum_t *out)
 {
     const char *s = json_string_value(t);
     if (s == NULL) return false;
     size_t n = strlen(s);
     if (n > UINT32_MAX) return false;
     gnutls_datum_t in = {.data = (unsigned char *)s, .size = (unsigned)n};
-    return gnutls_base64_decode2(&in, out) == 0;
+    return gnutls->base64_decode2(&in, out) == 0;
 }
 
 void mp_admin_tokens_free(const sl_allocator_t *a, mp_admin_tokens_t *t)
 {
+    /* t->raw is there only after mp_admin_tokens_decode loaded GnuTLS */
     for (uint32_t k = 0; t->raw != NULL && k < t->n; k++)
-        gnutls_free(t->raw[k].data);
+        (*sl_netlib_gnutls(NULL)->free_memory)(t->raw[k].data);
     sl_free(a, t->raw, (size_t)t->n * sizeof *t->raw);
     sl_free(a, t->data, (size_t)t->n * sizeof *t->data);
     sl_free(a, t->len, (size_t)t->n * sizeof *t->len);
@@ -71,6 +71,8 @@ sl_err_t mp_admin_tokens_decode(const sl_allocator_t *a, const json_t *body, boo
                             SL_MASTER_MAX_RESUME_TOKENS);
     uint32_t n = one != NULL ? 1 : many != NULL ? (uint32_t)json_array_size(many) : 0;
     if (n == 0) return SL_OK;
+    const sl_netlib_gnutls_t *gnutls = sl_netlib_gnutls(err);
+    if (gnutls == NULL) return SL_ERR_UNSUPPORTED;
     t->key = one != NULL ? "resume_token" : "resume_tokens";
     t->raw = sl_calloc(a, n, sizeof *t->raw);
     t->data = sl_calloc(a, n, sizeof *t->data);
@@ -81,7 +83,7 @@ sl_err_t mp_admin_tokens_decode(const sl_allocator_t *a, const json_t *body, boo
         return sl_error_set(err, SL_ERR_NOMEM, "body: %u resume tokens", n);
     }
     for (uint32_t k = 0; k < n; k++) {
-        if (!decode_token(one != NULL ? one : json_array_get(many, k), &t->raw[k])) {
+        if (!decode_token(gnutls, one != NULL ? one : json_array_get(many, k), &t->raw[k])) {
             mp_admin_tokens_free(a, t);
             if (one != NULL)
                 return sl_error_set(err, SL_ERR_INVALID, "body: \"resume_token\" is not base64");

@@ -16,7 +16,7 @@
  * "resume_tokens" (one per trainer rank), never both. */
 typedef struct mp_admin_tokens {
     uint32_t n;
-    gnutls_datum_t *raw;  /* [n], each freed with gnutls_free */
+    gnutls_datum_t *raw;  /* [n], each freed with GnuTLS's gnutls_free */
     const uint8_t **data; /* [n] */
     size_t *len;          /* [n] */
     const char *key;      /* the key they came in, for messages */
