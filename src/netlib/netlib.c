@@ -1,31 +1,10 @@
 /* Loading the libraries on first use (netlib.h): find our small library
- * beside the program, dlopen it, fill the table with dlsym; or, in
- * libsluice_trainer.so (SLUICE_NETLIB_LINKED), tables of the linked
- * functions. */
+ * beside the program, dlopen it, fill the table with dlsym. (In
+ * libsluice_trainer.so, netlib_linked.c gives tables of the linked
+ * functions instead.) */
 #include "netlib/netlib.h"
 
 #include "netlib/netlib_gnutls.h"
-
-#ifdef SLUICE_NETLIB_LINKED
-
-#define LINKED(fn, field) .field = &fn,
-static const sl_netlib_mhd_t mhd_linked = {SL_NETLIB_MHD_FUNCS(LINKED)};
-static const sl_netlib_gnutls_t gnutls_linked = {SL_NETLIB_GNUTLS_FUNCS(LINKED)};
-#undef LINKED
-
-const sl_netlib_mhd_t *sl_netlib_mhd(sl_error_t *err)
-{
-    (void)err;
-    return &mhd_linked;
-}
-
-const sl_netlib_gnutls_t *sl_netlib_gnutls(sl_error_t *err)
-{
-    (void)err;
-    return &gnutls_linked;
-}
-
-#else
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -229,5 +208,3 @@ const sl_netlib_kafka_t *sl_netlib_kafka(sl_error_t *err)
     pthread_once(&kafka_once, load_kafka);
     return table_of(&kafka_lib, err);
 }
-
-#endif

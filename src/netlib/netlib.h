@@ -22,8 +22,8 @@
  * first call and return the same table after); when a library cannot be
  * loaded the error names it and what dlopen said.
  *
- * Built with SLUICE_NETLIB_LINKED (libsluice_trainer.so), the
- * libmicrohttpd and GnuTLS tables are filled from the linked libraries
+ * In libsluice_trainer.so (netlib_linked.c instead of netlib.c) the
+ * libmicrohttpd and GnuTLS tables are the linked libraries' functions
  * instead: a trainer process links them as before, and its start is not
  * a worker's. */
 #ifndef SLUICE_NETLIB_NETLIB_H
