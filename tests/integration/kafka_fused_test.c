@@ -7,14 +7,11 @@
  * general way. With dedup groups, two transform threads or a weighted
  * feature no batch is fused, and the times are the same. Every wait is
  * bounded. */
-#include "kafka_util.h"
+#include "kafka_worker_util.h"
 
 #include <pthread.h>
 
 #include "../kafka_records.h"
-#include "dpp/pipeline/job.h"
-#include "dpp/worker/runtime/worker.h"
-#include "sluice/trainer.h"
 
 static void suite_setup(void)
 {
@@ -24,47 +21,6 @@ static void suite_setup(void)
 TestSuite(kafka_fused, .init = suite_setup);
 
 #define NUM_IDS 400
-
-typedef struct client {
-    const char *addr;
-    int64_t time_base; /* sample id's CreateTime is time_base + 10 * id */
-    uint32_t seen[NUM_IDS];
-    sl_trainer_stats_t st; /* the client's, when it ended */
-    sl_err_t end;
-    char msg[SL_ERROR_MSG_MAX];
-} client_t;
-
-/* Every batch to the end of the job; each sample's time checked. */
-static void *consume(void *arg)
-{
-    client_t *c = arg;
-    sl_trainer_opts_t o = sl_trainer_opts_default();
-    o.address = c->addr;
-    o.prefetch = 4;
-    sl_trainer_t *t;
-    sl_error_t err = {0};
-    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
-        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-        return NULL;
-    }
-    sl_batch_t *b;
-    int wait_ms = (int)(tu_timeout(20) * 1000);
-    while ((c->end = sl_trainer_next(t, wait_ms, &b, &err)) == SL_OK) {
-        cr_assert_not_null(b->sample_ids);
-        cr_assert_not_null(b->record_ms);
-        for (uint32_t i = 0; i < b->batch_size; i++) {
-            int64_t id = b->sample_ids[i];
-            cr_assert(id >= 0 && id < NUM_IDS, "sample id %ld", (long)id);
-            c->seen[id]++;
-            cr_assert_eq(b->record_ms[i], c->time_base + 10 * id, "sample %ld's time", (long)id);
-        }
-        sl_trainer_release(t, b);
-    }
-    snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-    sl_trainer_stats(t, &c->st);
-    sl_trainer_close(t);
-    return NULL;
-}
 
 /* Replay topic once, projecting features (a JSON array's members), with
  * batch options extra (JSON members after "size") on threads transform
@@ -79,37 +35,31 @@ static void replay(const char *topic, const char *features, const char *extra, u
              "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"stop\": \"end\", \"chunk\": 70}, "
              "\"features\": [%s]}, \"batch\": {\"size\": 16%s}}",
              ku_broker.bootstrap, topic, features, extra);
-    sl_pipeline_job_t *job = NULL;
-    sl_pipeline_problems_t p = {0};
+    sl_pipeline_job_t *job = job_of(spec);
     sl_error_t err = {0};
-    sl_err_t rc = sl_pipeline_job_parse(spec, strlen(spec), &job, &p, &err);
-    for (uint32_t i = 0; i < p.count; i++)
-        fprintf(stderr, "problem: %s\n", p.items[i]);
-    cr_assert_eq(rc, SL_OK, "%s", err.msg);
-    sl_pipeline_problems_free(&p);
-    sl_worker_opts_t o = sl_worker_opts_default();
-    o.threads = threads;
-    o.memory_limit = 64u << 20;
-    sl_worker_t *w = NULL;
-    cr_assert_eq(sl_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
+    sl_worker_t *w = start_on(job, threads, addr, sizeof addr);
+    atomic_uint total = 0;
     client_t *c = calloc(1, sizeof *c);
     c->addr = addr;
+    c->epochs = 1;
+    c->seen = calloc(MAX_IDS, sizeof *c->seen);
+    c->total = &total;
     c->time_base = base;
     pthread_t ct;
     pthread_create(&ct, NULL, consume, c);
     pthread_join(ct, NULL);
     cr_assert_eq(c->end, SL_ERR_CLOSED, "client ended with %s: %s", sl_err_str(c->end), c->msg);
     for (uint32_t id = 0; id < NUM_IDS; id++)
-        cr_assert_eq(c->seen[id], id % 101 != 100 ? 1u : 0u, "sample %u arrived %u times", id,
-                     c->seen[id]);
+        cr_assert_eq(atomic_load(&c->seen[id]), id % 101 != 100 ? 1u : 0u,
+                     "sample %u arrived %u times", id, atomic_load(&c->seen[id]));
     cr_assert_eq(c->st.samples, good);
     cr_assert_eq(c->st.freshness_count, good);
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
     sl_worker_stop(w);
     sl_worker_stats(w, st);
     cr_assert_eq(st->samples, good);
+    free(c->seen);
     free(c);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);

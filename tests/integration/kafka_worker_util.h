@@ -31,10 +31,11 @@ KW_FN sl_pipeline_job_t *job_of(const char *json)
     return job;
 }
 
-KW_FN sl_worker_t *start(const sl_pipeline_job_t *job, char *addr, size_t cap)
+/* A worker of job on `threads` transform threads; addr gets its address. */
+KW_FN sl_worker_t *start_on(const sl_pipeline_job_t *job, uint32_t threads, char *addr, size_t cap)
 {
     sl_worker_opts_t o = sl_worker_opts_default();
-    o.threads = 2;
+    o.threads = threads;
     o.memory_limit = 64u << 20;
     sl_worker_t *w = NULL;
     sl_pipeline_problems_t p = {0};
@@ -43,6 +44,11 @@ KW_FN sl_worker_t *start(const sl_pipeline_job_t *job, char *addr, size_t cap)
     sl_pipeline_problems_free(&p);
     snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
     return w;
+}
+
+KW_FN sl_worker_t *start(const sl_pipeline_job_t *job, char *addr, size_t cap)
+{
+    return start_on(job, 2, addr, cap);
 }
 
 typedef struct client {
@@ -75,6 +81,7 @@ KW_FN void *consume(void *arg)
            (c->end = sl_trainer_next(t, wait_ms, &b, &err)) == SL_OK) {
         cr_assert_not_null(b->sample_ids);
         cr_assert_lt(b->origin.epoch, c->epochs);
+        if (c->time_base) cr_assert_not_null(b->record_ms);
         for (uint32_t i = 0; i < b->batch_size; i++) {
             int64_t id = b->sample_ids[i];
             cr_assert(id >= 0 && id < MAX_IDS, "sample id %ld", (long)id);
