@@ -80,6 +80,21 @@ KU_FN int ku_run(void)
     return run;
 }
 
+/* Header `name` of message m (it must have one), as a string in buf (cut
+ * at cap - 1 bytes): what a dead letter says of its source record. */
+KU_FN void ku_header(rd_kafka_message_t *m, const char *name, char *buf, size_t cap)
+{
+    rd_kafka_headers_t *h = NULL;
+    cr_assert_eq(rd_kafka_message_headers(m, &h), RD_KAFKA_RESP_ERR_NO_ERROR, "no headers");
+    const void *v;
+    size_t len;
+    cr_assert_eq(rd_kafka_header_get_last(h, name, &v, &len), RD_KAFKA_RESP_ERR_NO_ERROR,
+                 "no header %s", name);
+    size_t n = len < cap - 1 ? len : cap - 1;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+}
+
 /* The first line of dir/name into buf (newline dropped); false when the
  * file cannot be read or is empty. */
 KU_FN bool ku_read_line(const char *dir, const char *name, char *buf, size_t cap)
